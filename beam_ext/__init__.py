@@ -1,0 +1,8 @@
+"""beam_ext: Apache Beam Python pipelines on Apache Spark, with exact windowing.
+
+The public API is re-exported here; everything else is private.
+"""
+
+__version__ = "0.1.0"
+
+__all__: list[str] = []

@@ -1,0 +1,1 @@
+"""Event sources and generators carrying event time and arrival time."""

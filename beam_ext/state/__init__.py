@@ -1,0 +1,1 @@
+"""Window state that outgrows memory: spill store, event reservoir, cleanup."""

@@ -1,0 +1,1 @@
+"""Beam transforms that run on any runner and fastest on SparkRunner."""

@@ -1,0 +1,1 @@
+"""Watermarks without punctuations: the trAcker tracking service."""

@@ -1,0 +1,39 @@
+"""beam_ext: Apache Beam Python pipelines on Apache Spark, with exact windowing."""
+from setuptools import find_packages, setup
+
+setup(
+    name="beam_ext",
+    version="0.1.0",
+    description=(
+        "A portable Apache Beam runner on PySpark and windowing transforms "
+        "(exact sliding, lateness spill, sampled, staleness triggers)."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11,<3.12",
+    packages=find_packages(include=["beam_ext", "beam_ext.*"]),
+    package_data={"beam_ext": ["py.typed"]},
+    install_requires=[
+        "apache-beam==2.77.*",
+        "pyspark>=4.0,<5",
+        "pyarrow>=15",
+        "lmdb>=1.4",
+        "numpy>=1.26",
+        "scipy>=1.11",
+        "grpcio>=1.60",
+        "protobuf>=4.25",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "pytest-timeout>=2.3",
+            "hypothesis>=6.100",
+            # Beam's own runner tests (tests/beam_conformance) need these.
+            "pyhamcrest",
+            "parameterized",
+            "mock",
+            "tenacity",
+        ],
+        "bench": ["matplotlib>=3.8"],
+    },
+)

@@ -1,0 +1,36 @@
+"""Shared fixtures: one local[2] SparkSession for the whole test session."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+# Executors must run this interpreter (the venv's), not the system python3,
+# or they cannot import apache_beam and beam_ext.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def _make_session():
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("beam_ext-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "4")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The test session's SparkSession (local[2]); SparkRunner attaches to it."""
+    session = _make_session()
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()
