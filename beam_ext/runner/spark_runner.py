@@ -15,6 +15,7 @@ from apache_beam.transforms import environments
 
 from beam_ext.runner._execute import PlanExecution
 from beam_ext.runner._plan import plan_pipeline
+from beam_ext.runner._test_stream import TestStreamAsBoundedSource
 from beam_ext.runner.options import SparkRunnerOptions
 from beam_ext.runner.session import get_or_create_session
 
@@ -71,6 +72,7 @@ class SparkRunner(runner.PipelineRunner):
         if options.view_as(pipeline_options.StandardOptions).streaming:
             raise NotImplementedError(
                 "SparkRunner runs batch pipelines; --streaming is not supported yet")
+        pipeline.replace_all([TestStreamAsBoundedSource()])
         pipeline.visit(group_by_key_input_visitor(
             not options.view_as(pipeline_options.TypeOptions).allow_non_deterministic_key_coders))
         proto = pipeline.to_runner_api(
