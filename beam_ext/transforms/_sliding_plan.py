@@ -9,6 +9,7 @@ from beam_ext.transforms._fields import FieldSpec, field_getter
 from beam_ext.transforms.agg import AggSpec
 
 COUNT_ALL = -1  # column index of agg.count(): every event counts
+NATIVE_URN = "beam_ext:sliding_aggregate:v1"
 
 
 @dataclasses.dataclass(frozen=True)

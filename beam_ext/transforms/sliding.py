@@ -20,10 +20,9 @@ from beam_ext.runner.native import native_annotations
 from beam_ext.state.reservoir import EventReservoir
 from beam_ext.transforms._fields import FieldSpec
 from beam_ext.transforms._sliding_engine import _SlidingEngine, compute_sorted
-from beam_ext.transforms._sliding_plan import SlidingWindow, _Plan
+from beam_ext.transforms._sliding_plan import NATIVE_URN, SlidingWindow, _Plan
+from beam_ext.transforms._sliding_vectorised import _sliding_on_spark  # noqa: F401 - registers it
 from beam_ext.transforms.agg import AggSpec
-
-NATIVE_URN = "beam_ext:sliding_aggregate:v1"
 _METRICS_NAMESPACE = "beam_ext.SlidingAggregate"
 _LATE_POLICIES = ("drop", "rewrite")
 # Streaming state is pickled per event, so its chunks stay small.
