@@ -191,14 +191,36 @@ def compute_batch(plan: _Plan, groups: list[Any], times: np.ndarray,
     n_all = len(events)
     if n_all == 0:
         return []
+    passing = None if plan.where is None else np.fromiter(
+        (plan.passes(e) for e in events), dtype=bool, count=n_all)
+    rows = [plan.row(e) if passing is None or passing[i] else None for i, e in enumerate(events)]
+    columns: list[Any] = []
+    for ci, (_, numeric, _) in enumerate(plan.columns):
+        if numeric:
+            columns.append(np.fromiter((math.nan if r is None else r[ci] for r in rows),
+                                       dtype=np.float64, count=n_all))
+        else:
+            columns.append(_codes(None if r is None else r[ci] for r in rows))
+    feats = compute_columns(plan, _codes(groups), times, columns, passing)
+    names = [name for name, _, _ in plan.features]
+    return [dict(zip(names, row)) for row in zip(*(feats[name] for name in names))]
+
+
+def compute_columns(plan: _Plan, key_codes: np.ndarray, times: np.ndarray, columns: list[np.ndarray],
+                    passing: np.ndarray | None = None) -> dict[str, list]:
+    """Columnar form of :func:`compute_batch`: feature name -> values in input order.
+
+    ``key_codes`` are non-negative integers, ``columns[i]`` the values of
+    ``plan.columns[i]`` for every event (float64 with NaN for nulls, or
+    integer codes with -1 for nulls), ``passing`` the ``where`` mask.
+    """
     times = np.asarray(times, dtype=np.float64)
-    kc_all = _codes(groups)
+    kc_all = np.asarray(key_codes, dtype=np.int64)
     order = np.lexsort((times, kc_all))
     kq, tq = kc_all[order], times[order]
-    passing = order if plan.where is None else order[
-        np.fromiter((plan.passes(events[i]) for i in order), dtype=bool, count=n_all)]
-    kd, td = kc_all[passing], times[passing]
-    rows = [plan.row(events[i]) for i in passing]
+    data = order if passing is None else order[np.asarray(passing, dtype=bool)[order]]
+    kd, td = kc_all[data], times[data]
+    columns = [np.asarray(c)[data] for c in columns]
 
     # Positions of every edge for every query: data codes vs bound codes.
     bounds = [tq - off for off in plan.offsets]
@@ -207,11 +229,6 @@ def compute_batch(plan: _Plan, groups: list[Any], times: np.ndarray,
     data_code = kd * width + np.searchsorted(uniq, td)
     pos = [np.searchsorted(data_code, kq * width + np.searchsorted(uniq, b), side="right")
            for b in bounds]
-
-    columns: list[Any] = []
-    for ci, (_, numeric, _) in enumerate(plan.columns):
-        vals = [r[ci] for r in rows]
-        columns.append(np.asarray(vals, dtype=np.float64) if numeric else _codes(vals))
 
     # Per-column helpers, built once and shared by every window.
     cache: dict[tuple, Any] = {}
@@ -260,11 +277,10 @@ def compute_batch(plan: _Plan, groups: list[Any], times: np.ndarray,
             out[i] = None
         feats.append(out)
 
-    names = [name for name, _, _ in plan.features]
-    result: list[Any] = [None] * n_all
-    for qi, row in zip(order.tolist(), zip(*feats)):
-        result[qi] = dict(zip(names, row))
-    return result
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    idx = inverse.tolist()
+    return {name: [f[i] for i in idx] for (name, _, _), f in zip(plan.features, feats)}
 
 
 def _stable_hash(key: Any) -> int:
