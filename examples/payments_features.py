@@ -10,7 +10,7 @@ features as JSON lines under ``out/payments_features/`` and reports how many
 payments a 5-minute window hopping every minute (what Beam, Spark and Flink
 call a sliding window) would have given a wrong Q1 count.
 
-    python examples/payments_features.py [--events 20000] [--runner BundleBasedDirectRunner]
+    python examples/payments_features.py [--events 5000] [--runner BundleBasedDirectRunner]
 """
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def hopping_counts(payments: list[dict], size: float, hop: float) -> dict[int, i
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--events", type=int, default=5_000)
     parser.add_argument("--out", default="out/payments_features")
     parser.add_argument("--runner", default="beam_ext.runner.SparkRunner",
                         help="a Beam runner name or dotted class path")
@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         runner = SparkRunner()
         if not any(a.startswith("--spark_master") for a in beam_args):
             beam_args.append("--spark_master=local[2]")
+        beam_args.append("--spark_conf=spark.ui.showConsoleProgress=false")
     else:
         runner = args.runner
 
