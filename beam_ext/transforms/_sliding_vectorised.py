@@ -76,10 +76,17 @@ class _ExactPrefix:
         self.e = int(max(scale.max(initial=0), 0))
         shift = np.where(m == 0, 0, self.e - scale)
         ints = m.astype(object) << shift.astype(object)
+        self._ints = ints
         self.p1 = _prefix(ints, object)
-        self.p2 = _prefix(ints * ints, object)
+        self._p2: np.ndarray | None = None
         self.pinf = _prefix(x == np.inf)
         self.ninf = _prefix(x == -np.inf)
+
+    @property
+    def p2(self) -> np.ndarray:
+        if self._p2 is None:  # only variance and stddev need squares
+            self._p2 = _prefix(self._ints * self._ints, object)
+        return self._p2
 
     def answer(self, kind: str, lo: np.ndarray, hi: np.ndarray, cnt: np.ndarray) -> list:
         s1 = self.p1[hi] - self.p1[lo]
