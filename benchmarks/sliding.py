@@ -191,7 +191,10 @@ def sliding_native(spark, path: str, size: float, parallelism: int) -> None:
                               ("mu_w", pa.float64())])
 
     def partition(batches):
-        table = pa.Table.from_batches(list(batches))
+        batches = list(batches)
+        if not batches:
+            return
+        table = pa.Table.from_batches(batches)
         if table.num_rows == 0:
             return
         cols = {name: table.column(name).to_numpy() for name in ("id", "key", "ts", "amount")}
