@@ -6,3 +6,8 @@ The public API is re-exported here; everything else is private.
 __version__ = "0.1.0"
 
 __all__: list[str] = []
+
+# Exact per-event sliding-window aggregations (Railgun).
+from beam_ext.transforms import SlidingAggregate, SlidingWindow, agg  # noqa: E402
+
+__all__ += ["SlidingAggregate", "SlidingWindow", "agg"]
