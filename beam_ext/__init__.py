@@ -6,3 +6,8 @@ The public API is re-exported here; everything else is private.
 __version__ = "0.1.0"
 
 __all__: list[str] = []
+
+# Staleness-driven late firings and predictive cleanup (Aion section 3.4).
+from beam_ext.transforms.staleness import StalenessPlanner, max_staleness  # noqa: E402
+
+__all__ += ["StalenessPlanner", "max_staleness"]
