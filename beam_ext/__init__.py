@@ -9,6 +9,12 @@ __all__: list[str] = []
 
 # Staleness-driven late firings and predictive cleanup (Aion section 3.4).
 from beam_ext.state.cleanup import PredictiveCleanup  # noqa: E402
-from beam_ext.transforms.staleness import StalenessPlanner, max_staleness  # noqa: E402
+from beam_ext.transforms.staleness import (  # noqa: E402
+    StalenessPlanner,
+    StalenessRefire,
+    StalenessTrigger,
+    max_staleness,
+)
 
-__all__ += ["PredictiveCleanup", "StalenessPlanner", "max_staleness"]
+__all__ += ["PredictiveCleanup", "StalenessPlanner", "StalenessRefire", "StalenessTrigger",
+            "max_staleness"]

@@ -11,5 +11,7 @@ late arrivals; ``StalenessPlanner`` places them from a history of arrivals;
 3
 """
 from beam_ext.transforms._staleness_planner import StalenessPlanner, max_staleness
+from beam_ext.transforms._staleness_refire import StalenessRefire
+from beam_ext.transforms._staleness_trigger import StalenessTrigger
 
-__all__ = ["StalenessPlanner", "max_staleness"]
+__all__ = ["StalenessPlanner", "StalenessRefire", "StalenessTrigger", "max_staleness"]
