@@ -10,7 +10,6 @@ from apache_beam.testing.test_stream import TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window
 from apache_beam.transforms.window import TimestampedValue
-from apache_beam.utils.timestamp import Timestamp
 
 from beam_ext.transforms.staleness import StalenessRefire
 

@@ -165,7 +165,8 @@ class StalenessPlanner:
         except (TypeError, ValueError):
             raise TypeError(f"max_staleness must be a number, got {bound!r}") from None
         if not 0 < b < 1:
-            raise ValueError(f"max_staleness must be in (0, 1) (a fraction of T * N), got {bound!r}")
+            raise ValueError(
+                f"max_staleness must be in (0, 1) (a fraction of T * N), got {bound!r}")
         return b
 
     def _robust_weight(self, intervals: int, bound: float) -> Weight:

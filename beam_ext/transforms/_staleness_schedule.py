@@ -45,7 +45,8 @@ def _validate_offsets(values: object, name: str) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=float).ravel()
     except (TypeError, ValueError):
-        raise TypeError(f"{name} must be an array of numbers (seconds), got {values!r:.200}") from None
+        raise TypeError(
+            f"{name} must be an array of numbers (seconds), got {values!r:.200}") from None
     if np.isnan(arr).any():
         raise ValueError(f"{name} contains NaN at index {int(np.flatnonzero(np.isnan(arr))[0])}")
     if (arr < 0).any():

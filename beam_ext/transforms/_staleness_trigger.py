@@ -127,7 +127,6 @@ class StalenessTrigger:
         Replans only when T changed or the history grew by 5 %.
         """
         t = self._lateness(allowed_lateness)
-        history = None
         if self._cache is not None:
             cached_t, version, size, plan = self._cache
             grown = self._version - version
