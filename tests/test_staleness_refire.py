@@ -90,3 +90,4 @@ def test_rejects_windows_that_never_end_and_triggers_without_lateness():
     with pytest.raises(ValueError, match="non-merging windows"):
         with beam.Pipeline() as p:
             _ = p | beam.Create([("a", 1)]) | StalenessRefire(_trigger())
+

@@ -80,7 +80,7 @@ class StalenessPlanner:
     fewest executions keeping every interval under it are found and
     re-balanced to the smallest such bound. Planning cost
     O(k log N log(1/tol)) after an O(N log N) sort: 30 executions over
-    100,000 samples take milliseconds.
+    100,000 samples take tens of milliseconds.
 
     >>> import numpy as np
     >>> history = np.random.default_rng(0).lognormal(0, 1, 10_000)
