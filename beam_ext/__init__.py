@@ -11,3 +11,15 @@ __all__: list[str] = []
 from beam_ext.transforms import SlidingAggregate, SlidingWindow, agg  # noqa: E402
 
 __all__ += ["SlidingAggregate", "SlidingWindow", "agg"]
+
+# Staleness-driven late firings and predictive cleanup (Aion section 3.4).
+from beam_ext.state.cleanup import PredictiveCleanup  # noqa: E402
+from beam_ext.transforms.staleness import (  # noqa: E402
+    StalenessPlanner,
+    StalenessRefire,
+    StalenessTrigger,
+    max_staleness,
+)
+
+__all__ += ["PredictiveCleanup", "StalenessPlanner", "StalenessRefire", "StalenessTrigger",
+            "max_staleness"]
