@@ -6,3 +6,8 @@ The public API is re-exported here; everything else is private.
 __version__ = "0.1.0"
 
 __all__: list[str] = []
+
+# Approximate sampled windows that do not wait for stragglers.
+from beam_ext.transforms.sampling import ApproximateResult, ApproximateWindowAggregate  # noqa: E402
+
+__all__ += ["ApproximateResult", "ApproximateWindowAggregate"]
