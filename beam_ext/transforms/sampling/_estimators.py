@@ -103,18 +103,24 @@ def arrived_by_deadline(f: float, mean_delay: float, mean_gap: float) -> float:
     return max(0.0, (f - mean_delay) / mean_gap)
 
 
-def substream_rate(target: float, arrived: float) -> float:
+def substream_rate(target: float, arrived: float, sigmas: float = 2.0) -> float:
     """Eq. 4.8: Bernoulli rate ``theta_i = n_i / N_{i,t=ddl_i}``, capped at 1
     (above 1 the sampler takes everything and waits the least time needed).
 
-    >>> substream_rate(90, 360.0)
-    0.25
+    The target is raised by ``sigmas`` binomial standard deviations
+    (``n + sigmas * sqrt(n)``) so the sample is complete at the deadline in
+    most sub-streams instead of half of them; ``sigmas=0`` is eq. 4.8 as
+    printed.
+
+    >>> substream_rate(90, 450.0, sigmas=0)
+    0.2
     """
     if target <= 0:
         return 0.0
-    if arrived <= 0.0 or target >= arrived:
+    wanted = target + sigmas * math.sqrt(target)
+    if arrived <= 0.0 or wanted >= arrived:
         return 1.0
-    return target / arrived
+    return wanted / arrived
 
 
 def expected_missing(rate: float, delays: np.ndarray, now: float,

@@ -187,8 +187,8 @@ class _Replay:
         self.z_plan = est.z_value(1.0 - (1.0 - config.confidence) * config.safety)
         self.min_history = config.min_history or min(config.history, config.k)
         self.seed = key_seed(key)
-        f_us = _micros(config.substream)
-        off_us = _micros(config.offset)
+        self.f_us = f_us = _micros(config.substream)
+        self.off_us = off_us = _micros(config.offset)
         gen_us = np.round(stream.gen * _MICROS).astype(np.int64)
         sub = (gen_us - off_us) // f_us
         # Stable sort keeps arrival order inside each sub-stream.
@@ -211,11 +211,12 @@ class _Replay:
             self.monitor.add(float(self.settled[j]), SubstreamStats.of(
                 j, stream.gen[seen], stream.arrival[seen], stream.values[seen]))
 
+    # Boundaries from integer microseconds, so 8 * 0.3 is 2.4, not 2.4000000000000004.
     def sub_start(self, j: int) -> float:
-        return self.c.offset + (self.first + j) * self.f
+        return (self.off_us + (self.first + j) * self.f_us) / _MICROS
 
     def sub_end(self, j: int) -> float:
-        return self.c.offset + (self.first + j + 1) * self.f
+        return (self.off_us + (self.first + j + 1) * self.f_us) / _MICROS
 
     def events(self, j: int) -> np.ndarray:
         """Indices (into the arrival-ordered stream) of sub-stream ``j``, in arrival order."""
