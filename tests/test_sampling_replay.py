@@ -69,9 +69,7 @@ def _oracle(gen, arr, val, cfg, key=None):
             draws = np.random.default_rng(
                 [cfg.seed, key_seed(key), int(j) % (1 << 63)]).random(int((sub == j).sum()))
             deadline, taken, pos, done = (j + 1) * f_us / 1e6, 0, 0, None
-            for i in range(len(arr)):
-                if sub[i] != j:
-                    continue
+            for i in np.flatnonzero(sub == j):  # arrival order
                 u, pos = draws[pos], pos + 1
                 if arr[i] <= deadline:
                     if u < theta:
@@ -239,3 +237,35 @@ def test_count_needs_no_sample_and_emits_at_the_deadline():
 def test_config_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SamplerConfig(**{"window": 3.0, "substream": 0.6, **kwargs})
+
+
+# ------------------------------------------------------------- online --
+
+def test_online_driver_releases_batch_panes_when_the_clock_passes_them():
+    from beam_ext.clock import ManualClock
+    from beam_ext.transforms.sampling._online import OnlineSampler
+
+    b = generate(StreamSpec("nyt", "EG", rate=300.0, duration=8.0, seed=3))
+    cfg = SamplerConfig(window=1.2, substream=0.4, history=3, corrections=True, seed=1)
+    batch = replay(b.gen_ts, b.arr_ts, b.value, cfg).results
+    clock = ManualClock(0.0)
+    online = OnlineSampler(cfg, clock)
+    released = []
+    for i in range(len(b)):
+        clock.set(float(b.arr_ts[i]))
+        if i % 200 == 0:
+            for r in online.poll():
+                assert r.emitted_at <= clock.now()
+                released.append((r, clock.now()))
+        online.add(float(b.gen_ts[i]), float(b.value[i]))
+    clock.advance(60.0)
+    released += [(r, clock.now()) for r in online.poll()]
+    # every pane of the batch replay, none earlier than its emission time
+    def ident(r):
+        return (r.window_start, r.is_correction)
+
+    assert sorted([r for r, _ in released], key=ident) == sorted(batch, key=ident)
+    assert [r for r, _ in released] == sorted((r for r, _ in released),
+                                              key=lambda r: (r.emitted_at, r.window_start))
+    with pytest.raises(ValueError, match="future"):
+        online.add(1.0, 1.0, arrival_time=clock.now() + 1)
