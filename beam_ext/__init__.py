@@ -8,6 +8,11 @@ __version__ = "0.1.0"
 __all__: list[str] = []
 
 # Approximate sampled windows that do not wait for stragglers.
-from beam_ext.transforms.sampling import ApproximateResult, ApproximateWindowAggregate  # noqa: E402
+from beam_ext.transforms.sampling import (  # noqa: E402
+    ApproximateResult,
+    ApproximateWindowAggregate,
+    OnlineSampler,
+    SamplerConfig,
+)
 
-__all__ += ["ApproximateResult", "ApproximateWindowAggregate"]
+__all__ += ["ApproximateResult", "ApproximateWindowAggregate", "OnlineSampler", "SamplerConfig"]

@@ -157,7 +157,7 @@ def generate(spec: StreamSpec) -> EventBatch:
     """The whole stream in arrival order. Cost O(E log E).
 
     >>> b = generate(StreamSpec("ysb", "CC", rate=1000.0, duration=1.0))
-    >>> len(b), bool((b.arr_ts - b.gen_ts == 0.15).all())
+    >>> len(b), bool(np.allclose(b.arr_ts - b.gen_ts, 0.15))
     (1000, True)
     """
     parts = [generate_chunk(spec, c) for c in range(spec.chunks)]

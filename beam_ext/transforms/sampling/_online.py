@@ -26,7 +26,7 @@ class OnlineSampler:
     >>> for i in range(300):
     ...     clock.set(i / 100 + 0.05); s.add(i / 100, 1.0)
     >>> [r.window_start for r in s.poll()]
-    [0.0]
+    [0.0, 1.0, 2.0]
     """
 
     def __init__(self, config: SamplerConfig, clock: Clock, key: Any = None) -> None:
