@@ -284,7 +284,7 @@ class _Replay:
                 mask, done = self.safe_to_process(j, arr, u, theta, per_sub)
                 masks.append(mask)
                 emitted = max(emitted, done)
-        self.emit(subs, start, end, emitted, masks, settle)
+        self.emit(subs, start, end, emitted, masks, settle, mode)
 
     def safe_to_process(self, j: int, arr: np.ndarray, u: np.ndarray, theta: float,
                         target: int) -> tuple[np.ndarray, float]:
@@ -312,7 +312,7 @@ class _Replay:
         return mask, fallback
 
     def emit(self, subs: range, start: float, end: float, emitted: float,
-             masks: list[np.ndarray], settle: float) -> None:
+             masks: list[np.ndarray], settle: float, mode: str) -> None:
         c, s = self.c, self.s
         idx = np.concatenate([self.events(j) for j in subs])
         mask = np.concatenate(masks)
@@ -329,6 +329,11 @@ class _Replay:
         n = len(sample)
         mean = float(sample.mean()) if n else math.nan
         sd = float(sample.std(ddof=1)) if n >= 2 else 0.0
+        if hist is not None and mode != "exact":
+            # With skewed values a sample's sd is small exactly when its mean
+            # is: the history's sigma (thousands of events) keeps the
+            # interval from being too narrow in those windows.
+            sd = max(sd, hist.value_sd)
         if c.aggregate == "mean":
             estimate = mean
             low, high = est.mean_interval(mean, sd, n, population, self.z)
