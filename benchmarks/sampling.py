@@ -175,7 +175,7 @@ def _plots(results, out_dir: str) -> list[str]:
         if runs is None:
             continue
         names = [n for n in ALGORITHMS if n != "Default"]
-        ax.boxplot([runs[n].error * 100 for n in names], labels=names)
+        ax.boxplot([runs[n].error * 100 for n in names], tick_labels=names)
         ax.axhline(ERROR * 100, color="red", linestyle="--", label="r_thr = 5%")
         ax.set_ylabel("relative error (%)")
         ax.set_title(f"{workload.upper()}-like, EG, {int(RATES[-1]):,} events/s")
@@ -252,11 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         return 0
     files = _plots(results, DOCS)
-    _write_doc(table, files, args, elapsed, results, coverage)
+    _write_doc(table, files, args, elapsed, results, coverage, DOCS)
     return 0
 
 
-def _write_doc(table, files, args, elapsed, results, coverage) -> None:
+def _write_doc(table, files, args, elapsed, results, coverage, out_dir: str) -> None:
     cmd = (f"python benchmarks/sampling.py --duration {args.duration:g} --seeds {args.seeds} "
            f"--coverage-seeds {args.coverage_seeds} "
            f"--cost-ysb-us {args.cost_ysb_us:g} --cost-nyt-us {args.cost_nyt_us:g}")
@@ -265,7 +265,7 @@ def _write_doc(table, files, args, elapsed, results, coverage) -> None:
     def red(w, base):
         return _reduction(eg[w]["Aion (ours)"].latency.mean(), eg[w][base].latency.mean())
 
-    with open(os.path.join(DOCS, "sampling.md"), "w") as fh:
+    with open(os.path.join(out_dir, "sampling.md"), "w") as fh:
         fh.write(f"""# Benchmark: straggler-free sampling (thesis chapter 4)
 
 Reproduce every number and figure on this page with:

@@ -34,3 +34,17 @@ def test_run_config_measures_every_algorithm():
 def test_run_config_ysb_keys():
     runs = _bench().run_config("ysb", "GG", rate=2000.0, duration=15.0, seed=1, cost_us=2.0)
     assert len(runs["Aion (ours)"].error) == 10 * 2  # 10 campaigns x windows 9-15 s
+
+
+def test_plots_and_report_are_written(tmp_path):
+    import argparse
+
+    bench = _bench()
+    results = {(w, "EG", rate): bench.run_config(w, "EG", 1000.0, 12.0, 0, 1.0)
+               for w in bench.WORKLOADS for rate in bench.RATES}
+    files = bench._plots(results, str(tmp_path))
+    args = argparse.Namespace(duration=12.0, seeds=1, coverage_seeds=1, cost_ysb_us=1.0,
+                              cost_nyt_us=1.0)
+    bench._write_doc(["| table |"], files, args, 1.0, results, ["| cov |"], str(tmp_path))
+    assert all((tmp_path / f).stat().st_size > 0 for f in files)
+    assert "python benchmarks/sampling.py" in (tmp_path / "sampling.md").read_text()
