@@ -23,3 +23,13 @@ from beam_ext.transforms.staleness import (  # noqa: E402
 
 __all__ += ["PredictiveCleanup", "StalenessPlanner", "StalenessRefire", "StalenessTrigger",
             "max_staleness"]
+
+# Approximate sampled windows that do not wait for stragglers.
+from beam_ext.transforms.sampling import (  # noqa: E402
+    ApproximateResult,
+    ApproximateWindowAggregate,
+    OnlineSampler,
+    SamplerConfig,
+)
+
+__all__ += ["ApproximateResult", "ApproximateWindowAggregate", "OnlineSampler", "SamplerConfig"]

@@ -15,3 +15,13 @@ from beam_ext.transforms.staleness import (
 )
 
 __all__ += ["StalenessPlanner", "StalenessRefire", "StalenessTrigger", "max_staleness"]
+
+# Approximate sampled windows that do not wait for stragglers (issue 4).
+from beam_ext.transforms.sampling import (
+    ApproximateResult,
+    ApproximateWindowAggregate,
+    OnlineSampler,
+    SamplerConfig,
+)
+
+__all__ += ["ApproximateResult", "ApproximateWindowAggregate", "OnlineSampler", "SamplerConfig"]
