@@ -6,3 +6,8 @@ The public API is re-exported here; everything else is private.
 __version__ = "0.1.0"
 
 __all__: list[str] = []
+
+# Watermark service: trAcker tracking agent, local agents (beam_ext.watermark).
+from beam_ext.watermark import LocalAgent, TrackerAuthError, TrackerService, new_token  # noqa: E402
+
+__all__ += ["LocalAgent", "TrackerAuthError", "TrackerService", "new_token"]
