@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rtracker.proto\x12\x12\x62\x65\x61m_ext.watermark\"7\n\tSubstream\x12\x10\n\x06int_id\x18\x01 \x01(\x12H\x00\x12\x12\n\x08\x62ytes_id\x18\x02 \x01(\x0cH\x00\x42\x04\n\x02id\"Z\n\x08XorEntry\x12\x30\n\tsubstream\x18\x01 \x01(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x0b\n\x03xor\x18\x03 \x01(\x06\"H\n\x05Label\x12\x30\n\tsubstream\x18\x01 \x01(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\r\n\x05label\x18\x02 \x01(\x12\"\"\n\x0cHelloRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\"!\n\nHelloReply\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\"\xcc\x02\n\x0bReportBatch\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x13\n\x0bincarnation\x18\x03 \x01(\x06\x12-\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x1c.beam_ext.watermark.XorEntry\x12/\n\x08promises\x18\x05 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12)\n\x06labels\x18\x06 \x03(\x0b\x32\x19.beam_ext.watermark.Label\x12+\n\x04\x61\x63ks\x18\x07 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0e\n\x06resync\x18\x08 \x01(\x08\x12.\n\x07retired\x18\t \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0f\n\x07\x63losing\x18\n \x01(\x08\"\x91\x01\n\tReportAck\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x13\n\x0b\x61pplied_seq\x18\x02 \x01(\x04\x12\x17\n\x0fresync_required\x18\x03 \x01(\x08\x12\x11\n\tduplicate\x18\x04 \x01(\x08\x12.\n\x07retired\x18\x05 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\"&\n\x10SubscribeRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\"<\n\x0cNotification\x12,\n\x05\x65nded\x18\x01 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream2\xf5\x01\n\x07Tracker\x12I\n\x05Hello\x12 .beam_ext.watermark.HelloRequest\x1a\x1e.beam_ext.watermark.HelloReply\x12H\n\x06Report\x12\x1f.beam_ext.watermark.ReportBatch\x1a\x1d.beam_ext.watermark.ReportAck\x12U\n\tSubscribe\x12$.beam_ext.watermark.SubscribeRequest\x1a .beam_ext.watermark.Notification0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rtracker.proto\x12\x12\x62\x65\x61m_ext.watermark\"7\n\tSubstream\x12\x10\n\x06int_id\x18\x01 \x01(\x12H\x00\x12\x12\n\x08\x62ytes_id\x18\x02 \x01(\x0cH\x00\x42\x04\n\x02id\"Z\n\x08XorEntry\x12\x30\n\tsubstream\x18\x01 \x01(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x0b\n\x03xor\x18\x03 \x01(\x06\"H\n\x05Label\x12\x30\n\tsubstream\x18\x01 \x01(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\r\n\x05label\x18\x02 \x01(\x12\"\"\n\x0cHelloRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\"3\n\nHelloReply\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x10\n\x08last_seq\x18\x02 \x01(\x04\"\xcc\x02\n\x0bReportBatch\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x13\n\x0bincarnation\x18\x03 \x01(\x06\x12-\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x1c.beam_ext.watermark.XorEntry\x12/\n\x08promises\x18\x05 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12)\n\x06labels\x18\x06 \x03(\x0b\x32\x19.beam_ext.watermark.Label\x12+\n\x04\x61\x63ks\x18\x07 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0e\n\x06resync\x18\x08 \x01(\x08\x12.\n\x07retired\x18\t \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0f\n\x07\x63losing\x18\n \x01(\x08\"\x91\x01\n\tReportAck\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x13\n\x0b\x61pplied_seq\x18\x02 \x01(\x04\x12\x17\n\x0fresync_required\x18\x03 \x01(\x08\x12\x11\n\tduplicate\x18\x04 \x01(\x08\x12.\n\x07retired\x18\x05 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\"&\n\x10SubscribeRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\"<\n\x0cNotification\x12,\n\x05\x65nded\x18\x01 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream2\xf5\x01\n\x07Tracker\x12I\n\x05Hello\x12 .beam_ext.watermark.HelloRequest\x1a\x1e.beam_ext.watermark.HelloReply\x12H\n\x06Report\x12\x1f.beam_ext.watermark.ReportBatch\x1a\x1d.beam_ext.watermark.ReportAck\x12U\n\tSubscribe\x12$.beam_ext.watermark.SubscribeRequest\x1a .beam_ext.watermark.Notification0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,15 +40,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HELLOREQUEST']._serialized_start=260
   _globals['_HELLOREQUEST']._serialized_end=294
   _globals['_HELLOREPLY']._serialized_start=296
-  _globals['_HELLOREPLY']._serialized_end=329
-  _globals['_REPORTBATCH']._serialized_start=332
-  _globals['_REPORTBATCH']._serialized_end=664
-  _globals['_REPORTACK']._serialized_start=667
-  _globals['_REPORTACK']._serialized_end=812
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=814
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=852
-  _globals['_NOTIFICATION']._serialized_start=854
-  _globals['_NOTIFICATION']._serialized_end=914
-  _globals['_TRACKER']._serialized_start=917
-  _globals['_TRACKER']._serialized_end=1162
+  _globals['_HELLOREPLY']._serialized_end=347
+  _globals['_REPORTBATCH']._serialized_start=350
+  _globals['_REPORTBATCH']._serialized_end=682
+  _globals['_REPORTACK']._serialized_start=685
+  _globals['_REPORTACK']._serialized_end=830
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=832
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=870
+  _globals['_NOTIFICATION']._serialized_start=872
+  _globals['_NOTIFICATION']._serialized_end=932
+  _globals['_TRACKER']._serialized_start=935
+  _globals['_TRACKER']._serialized_end=1180
 # @@protoc_insertion_point(module_scope)

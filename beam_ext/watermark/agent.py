@@ -133,6 +133,7 @@ class LocalAgent:
             raise self._translate(exc) from None
         self.messages_sent += 1
         self._incarnation = reply.incarnation
+        self._seq = reply.last_seq
         self._stop = threading.Event()
         self._call = None
         self._listener = threading.Thread(target=self._listen, name=f"tracker-listen-{process_id}", daemon=True)

@@ -47,7 +47,7 @@ class FirmBound:
     def push(self, element: Any, epoch: int) -> None:
         """Offer an element of ``epoch``; an element of a past epoch is let through."""
         with self._lock:
-            if epoch <= self._current and not self._held:
+            if epoch <= self._current:
                 self._out.append(element)
             else:
                 self._held.append((epoch, element))
@@ -75,5 +75,10 @@ class FirmBound:
                 self._on_end(e)
         with self._lock:
             self._current += len(ended)
-            while self._held and self._held[0][0] <= self._current:
-                self._out.append(self._held.popleft()[1])
+            still = deque()
+            for epoch, element in self._held:
+                if epoch <= self._current:
+                    self._out.append(element)
+                else:
+                    still.append((epoch, element))
+            self._held = still

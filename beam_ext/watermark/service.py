@@ -266,7 +266,8 @@ class TrackerService:
                     f"process {request.process_id!r} is not in the registered graph",
                 )
             self._seen(request.process_id)
-        return pb.HelloReply(incarnation=self._incarnation)
+            last = self._table._last_seq.get(request.process_id, 0)
+        return pb.HelloReply(incarnation=self._incarnation, last_seq=last)
 
     async def Report(self, request: pb.ReportBatch, context: grpc.aio.ServicerContext) -> pb.ReportAck:
         await self._authorize(context)
