@@ -62,7 +62,7 @@ def test_wrong_or_missing_token_is_refused_and_counted(svc):
         LocalAgent(svc.address, "mid/0", b"not-the-secret")
     channel = grpc.insecure_channel(svc.address)
     stubs = client_stubs(channel)
-    batch = pb.ReportBatch(process_id="src/0", seq=1, promises=[pb.Substream(int_id=1)])
+    batch = pb.ReportBatch(process_id="src/0", seq=1, source_promises=[pb.HostSubstream(substream=pb.Substream(int_id=1), process="src/0")])
     with pytest.raises(grpc.RpcError) as err:
         stubs["Report"](batch, timeout=10)  # no token at all
     assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -82,7 +82,7 @@ def test_duplicate_and_out_of_order_batches(svc):
     inc = stubs["Hello"](pb.HelloRequest(process_id="src/0"), metadata=md, timeout=10).incarnation
     entry = pb.XorEntry(substream=pb.Substream(int_id=3), segment="sink/0", xor=77)
     b1 = pb.ReportBatch(process_id="src/0", seq=1, incarnation=inc, entries=[entry])
-    b2 = pb.ReportBatch(process_id="src/0", seq=2, incarnation=inc, promises=[pb.Substream(int_id=3)])
+    b2 = pb.ReportBatch(process_id="src/0", seq=2, incarnation=inc, source_promises=[pb.HostSubstream(substream=pb.Substream(int_id=3), process="src/0")])
     ack = stubs["Report"](b2, metadata=md, timeout=10)  # arrives first: held
     assert ack.applied_seq == 0
     assert svc.waiting_on(3) == {}

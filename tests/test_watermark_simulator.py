@@ -4,7 +4,7 @@ import pytest
 from beam_ext.watermark.simulator import Workload, simulate
 
 
-@pytest.mark.parametrize("mechanism", ["punctuation", "tracker", "tracker_local"])
+@pytest.mark.parametrize("mechanism", ["punctuation", "tracker", "tracker_agent", "tracker_local"])
 def test_rr_workload_ends_every_substream_everywhere(mechanism):
     w = Workload(stages=2, parallelism=2, elements=24, granularity=4)
     r = simulate(w, mechanism, seed=7, delay=(0.0, 0.002))
@@ -26,9 +26,10 @@ def test_cyclic_graph_stalls_punctuations_but_not_tracker():
     w = Workload(stages=1, parallelism=2, elements=30, granularity=5, cyclic=True, max_passes=3)
     p = simulate(w, "punctuation", seed=3, stall_grace=0.5)
     assert p.stalled and not p.completed
-    t = simulate(w, "tracker_local", seed=3)
-    assert t.completed and t.violations == 0
-    assert t.ends == 4 * w.substreams  # loop/0, loop/1, sink/0, sink/1
+    for mech in ("tracker_agent", "tracker_local"):
+        t = simulate(w, mech, seed=3)
+        assert t.completed and t.violations == 0
+        assert t.ends == 4 * w.substreams  # loop/0, loop/1, sink/0, sink/1
 
 
 def test_workload_checks_arguments():

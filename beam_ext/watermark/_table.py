@@ -63,6 +63,7 @@ class _Entry:
     label: int | None = None
     notified: set[str] = field(default_factory=set)
     acked: set[str] = field(default_factory=set)
+    reporters: set[str] = field(default_factory=set)  # agents that reported on it
 
     def key(self, substream: Substream) -> tuple:
         # Substreams without a label sort after every labelled one.
@@ -72,16 +73,28 @@ class _Entry:
 
 @dataclass
 class Batch:
-    """One agent flush, decoded: the table's unit of atomic application."""
+    """One agent flush, decoded: the table's unit of atomic application.
+
+    ``process`` is the reporting agent: a process of the graph, or an
+    executor registered with ``register_agent``. Entries are
+    ``(substream, sender, segment, xor)``; promises and acks are
+    ``(substream, process)``. Shorter forms ``(substream, segment, xor)`` and
+    a bare substream mean ``process`` itself.
+    """
 
     process: str
     seq: int
-    entries: list[tuple[Substream, str, int]] = field(default_factory=list)
-    promises: list[Substream] = field(default_factory=list)
+    entries: list = field(default_factory=list)
+    promises: list = field(default_factory=list)
     labels: list[tuple[Substream, int]] = field(default_factory=list)
-    acks: list[Substream] = field(default_factory=list)
+    acks: list = field(default_factory=list)
     resync: bool = False
     retired: list[Substream] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.entries = [e if len(e) == 4 else (e[0], self.process, e[1], e[2]) for e in self.entries]
+        self.promises = [x if isinstance(x, tuple) else (x, self.process) for x in self.promises]
+        self.acks = [x if isinstance(x, tuple) else (x, self.process) for x in self.acks]
 
 
 @dataclass
@@ -117,6 +130,7 @@ class TrackerTable:
         self._buffered: dict[str, dict[int, Batch]] = {}
         self._heaps: dict[str, list[tuple[tuple, Substream]]] = {}
         self._retire_outbox: dict[str, list[Substream]] = {}
+        self._agents: dict[str, frozenset[str]] = {}  # executor agent -> hosted processes
         self.late_reports = 0
         self.duplicates = 0
 
@@ -156,9 +170,27 @@ class TrackerTable:
         self._targets = tuple(sorted(p for p in upstream if p not in sources))
         self._watch = {p: self._closure(p) for p in upstream}
         for p in upstream:
-            self._last_seq.setdefault(p, 0)
             self._heaps.setdefault(p, [])
-            self._retire_outbox.setdefault(p, [])
+
+    def register_agent(self, agent: str, hosts: Sequence[str]) -> None:
+        """Let ``agent`` report for the graph processes ``hosts``."""
+        if not isinstance(agent, str) or not agent:
+            raise ValueError(f"agent id must be a non-empty string, got {agent!r}")
+        hosts = frozenset(hosts)
+        if self._upstream:
+            unknown = sorted(h for h in hosts if h not in self._upstream)
+            if unknown:
+                raise TableError(f"agent {agent!r} hosts {unknown}, which are not in the registered graph")
+        self._agents[agent] = hosts
+
+    def hosts_of(self, agent: str) -> frozenset[str]:
+        """The processes ``agent`` reports for."""
+        hosts = self._agents.get(agent)
+        if hosts is not None:
+            return hosts
+        if agent in self._upstream:
+            return frozenset((agent,))
+        raise TableError(f"process {agent!r} is not in the registered graph")
 
     def _closure(self, proc: str) -> frozenset[str]:
         seen = {proc}
@@ -185,10 +217,10 @@ class TrackerTable:
             for seq in [s for s in self._buffered.get(p, {}) if s <= batch.seq]:
                 del self._buffered[p][seq]
             touched = self._apply_resync(batch)
-            self._last_seq[p] = max(self._last_seq[p], batch.seq)
+            self._last_seq[p] = max(self._last_seq.get(p, 0), batch.seq)
             self._release(touched, notes)
         else:
-            last = self._last_seq[p]
+            last = self._last_seq.get(p, 0)
             if batch.seq <= last or batch.seq in self._buffered.get(p, {}):
                 self.duplicates += 1
                 return ApplyResult("duplicate")
@@ -207,24 +239,32 @@ class TrackerTable:
         p = batch.process
         if not self._upstream:
             raise TableError("no graph is registered yet: call TrackerService.register_graph first")
-        if p not in self._upstream:
-            raise TableError(f"process {p!r} is not in the registered graph")
+        hosts = self.hosts_of(p)
         if not isinstance(batch.seq, int) or batch.seq < 0:
             raise TableError(f"batch seq must be a non-negative int, got {batch.seq!r}")
-        for s, seg, x in batch.entries:
+        for s, sender, seg, x in batch.entries:
             check_substream(s)
             check_token(x, "xor")
+            if sender not in hosts:
+                raise TableError(f"agent {p!r} reported for {sender!r}, which it does not host")
             if seg not in self._upstream:
-                raise TableError(f"process {p!r} reported sending to {seg!r}, which is not in the graph")
-            if seg != p and p not in self._upstream[seg]:
+                raise TableError(f"process {sender!r} reported sending to {seg!r}, which is not in the graph")
+            if seg != sender and sender not in self._upstream[seg]:
                 raise TableError(
-                    f"process {p!r} reported sending to {seg!r}, but {p!r} is not upstream of "
+                    f"process {sender!r} reported sending to {seg!r}, but {sender!r} is not upstream of "
                     f"{seg!r} in the registered graph"
                 )
-        if batch.promises and p not in self._sources:
-            raise TableError(f"process {p!r} promised a substream but is not a source (it has upstream processes)")
-        for s in batch.promises:
+        for s, src in batch.promises:
             check_substream(s)
+            if src not in hosts:
+                raise TableError(f"agent {p!r} promised for {src!r}, which it does not host")
+            if src not in self._sources:
+                raise TableError(
+                    f"process {src!r} promised a substream but is not a source (it has upstream processes)"
+                )
+        for s, proc in batch.acks:
+            if proc not in hosts:
+                raise TableError(f"agent {p!r} acknowledged for {proc!r}, which it does not host")
         for s, label in batch.labels:
             check_substream(s)
             if not isinstance(label, int):
@@ -273,27 +313,33 @@ class TrackerTable:
         for s, label in batch.labels:
             if s not in self._retired:
                 self._set_label(self._entry(s), s, label)
-        for s, seg, x in batch.entries:
+        for s, sender, seg, x in batch.entries:
             if s in self._retired:
                 self.late_reports += 1
                 continue
             e = self._entry(s)
-            if seg != p and seg in e.notified:
+            if seg != sender and seg in e.notified:
                 # An element sent to a process already told the substream ended.
                 self.late_reports += 1
             self._xor_into(e, p, seg, x)
+            e.reporters.add(p)
             touched.add(s)
-        for s in batch.promises:
+        for s, src in batch.promises:
             if s in self._retired:
                 continue
-            self._entry(s).promised.add(p)
+            e = self._entry(s)
+            e.promised.add(src)
+            e.reporters.add(p)
             touched.add(s)
-        for s in batch.acks:
-            e = self._entries.get(s)
-            if e is not None and p in e.notified:
-                e.acked.add(p)
-                touched.add(s)
+        self._apply_acks(batch, touched)
         return touched
+
+    def _apply_acks(self, batch: Batch, touched: set[Substream]) -> None:
+        for s, proc in batch.acks:
+            e = self._entries.get(s)
+            if e is not None and proc in e.notified:
+                e.acked.add(proc)
+                touched.add(s)
 
     def _apply_resync(self, batch: Batch) -> set[Substream]:
         """Replace everything ``batch.process`` ever reported with its full state."""
@@ -304,7 +350,7 @@ class TrackerTable:
             if s in self._entries:
                 self._retire(s)
         wanted: dict[Substream, dict[str, int]] = {}
-        for s, seg, x in batch.entries:
+        for s, _sender, seg, x in batch.entries:
             if s in self._retired:
                 continue
             d = wanted.setdefault(s, {})
@@ -317,19 +363,18 @@ class TrackerTable:
             old = dict(e.contrib.get(p, {}))
             for seg in set(old) | set(segs):
                 self._xor_into(e, p, seg, old.get(seg, 0) ^ segs.get(seg, 0))
+            e.reporters.add(p)
             touched.add(s)
         for s, label in batch.labels:
             if s not in self._retired:
                 self._set_label(self._entry(s), s, label)
-        for s in batch.promises:
+        for s, src in batch.promises:
             if s not in self._retired:
-                self._entry(s).promised.add(p)
+                e = self._entry(s)
+                e.promised.add(src)
+                e.reporters.add(p)
                 touched.add(s)
-        for s in batch.acks:
-            e = self._entries.get(s)
-            if e is not None and p in e.notified:
-                e.acked.add(p)
-                touched.add(s)
+        self._apply_acks(batch, touched)
         return touched
 
     # -- decisions -----------------------------------------------------------
@@ -371,8 +416,8 @@ class TrackerTable:
     def _retire(self, s: Substream) -> None:
         e = self._entries.pop(s)
         self._retired.add(s)
-        for proc in set(e.contrib) | e.promised:
-            self._retire_outbox[proc].append(s)
+        for agent in e.reporters:
+            self._retire_outbox.setdefault(agent, []).append(s)
 
     def take_retired(self, process: str) -> list[Substream]:
         """Substreams retired since the last call that ``process`` reported on."""
@@ -380,10 +425,16 @@ class TrackerTable:
         self._retire_outbox[process] = []
         return out
 
-    def unacked_for(self, process: str) -> list[Substream]:
-        """NEOSS already decided for ``process`` but not acknowledged, in order."""
-        rows = [(e.key(s), s) for s, e in self._entries.items() if process in e.notified and process not in e.acked]
-        return [s for _, s in sorted(rows)]
+    def unacked_for(self, agent: str) -> list[tuple[str, Substream]]:
+        """(process, substream) NEOSS decided for ``agent``'s processes, not acknowledged, in order."""
+        hosts = self.hosts_of(agent)
+        rows = [
+            (e.key(s), p, s)
+            for s, e in self._entries.items()
+            for p in hosts
+            if p in e.notified and p not in e.acked
+        ]
+        return [(p, s) for _, p, s in sorted(rows)]
 
     def open_substreams(self) -> list[Substream]:
         return sorted(self._entries, key=order_key)
@@ -432,10 +483,12 @@ class TrackerTable:
                     "label": e.label,
                     "notified": sorted(e.notified),
                     "acked": sorted(e.acked),
+                    "reporters": sorted(e.reporters),
                 }
                 for s, e in self._entries.items()
             ],
             "retire_outbox": {p: [enc(s) for s in v] for p, v in self._retire_outbox.items()},
+            "agents": {a: sorted(h) for a, h in self._agents.items()},
         }
         return json.dumps(doc, sort_keys=True).encode()
 
@@ -470,6 +523,8 @@ class TrackerTable:
                 t._set_label(e, s, row["label"])
             e.notified = set(row["notified"])
             e.acked = set(row["acked"])
+            e.reporters = set(row["reporters"])
+        t._agents = {a: frozenset(h) for a, h in doc["agents"].items()}
         for p, v in doc["retire_outbox"].items():
             t._retire_outbox[p] = [dec(x) for x in v]
         t._check()
@@ -495,9 +550,10 @@ class TrackerTable:
             assert e.promised <= self._sources, s
             assert e.notified <= targets, s
             assert e.acked <= e.notified, s
+            assert set(e.contrib) <= e.reporters, s
             assert len(e.acked) < len(targets) or not targets, s
             if self.consistent_order:
                 for t in targets - e.notified:
                     assert (e.key(s), s) in self._heaps[t], (s, t)
         for p, buf in self._buffered.items():
-            assert all(seq > self._last_seq[p] + 1 for seq in buf), p
+            assert all(seq > self._last_seq.get(p, 0) + 1 for seq in buf), p

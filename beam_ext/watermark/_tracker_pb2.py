@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rtracker.proto\x12\x12\x62\x65\x61m_ext.watermark\"7\n\tSubstream\x12\x10\n\x06int_id\x18\x01 \x01(\x12H\x00\x12\x12\n\x08\x62ytes_id\x18\x02 \x01(\x0cH\x00\x42\x04\n\x02id\"Z\n\x08XorEntry\x12\x30\n\tsubstream\x18\x01 \x01(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x0b\n\x03xor\x18\x03 \x01(\x06\"H\n\x05Label\x12\x30\n\tsubstream\x18\x01 \x01(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\r\n\x05label\x18\x02 \x01(\x12\"\"\n\x0cHelloRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\"3\n\nHelloReply\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x10\n\x08last_seq\x18\x02 \x01(\x04\"\xcc\x02\n\x0bReportBatch\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x13\n\x0bincarnation\x18\x03 \x01(\x06\x12-\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x1c.beam_ext.watermark.XorEntry\x12/\n\x08promises\x18\x05 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12)\n\x06labels\x18\x06 \x03(\x0b\x32\x19.beam_ext.watermark.Label\x12+\n\x04\x61\x63ks\x18\x07 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0e\n\x06resync\x18\x08 \x01(\x08\x12.\n\x07retired\x18\t \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0f\n\x07\x63losing\x18\n \x01(\x08\"\x91\x01\n\tReportAck\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x13\n\x0b\x61pplied_seq\x18\x02 \x01(\x04\x12\x17\n\x0fresync_required\x18\x03 \x01(\x08\x12\x11\n\tduplicate\x18\x04 \x01(\x08\x12.\n\x07retired\x18\x05 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\"&\n\x10SubscribeRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\"<\n\x0cNotification\x12,\n\x05\x65nded\x18\x01 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream2\xf5\x01\n\x07Tracker\x12I\n\x05Hello\x12 .beam_ext.watermark.HelloRequest\x1a\x1e.beam_ext.watermark.HelloReply\x12H\n\x06Report\x12\x1f.beam_ext.watermark.ReportBatch\x1a\x1d.beam_ext.watermark.ReportAck\x12U\n\tSubscribe\x12$.beam_ext.watermark.SubscribeRequest\x1a .beam_ext.watermark.Notification0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rtracker.proto\x12\x12\x62\x65\x61m_ext.watermark\"7\n\tSubstream\x12\x10\n\x06int_id\x18\x01 \x01(\x12H\x00\x12\x12\n\x08\x62ytes_id\x18\x02 \x01(\x0cH\x00\x42\x04\n\x02id\"j\n\x08XorEntry\x12\x30\n\tsubstream\x18\x01 \x01(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0f\n\x07segment\x18\x02 \x01(\t\x12\x0b\n\x03xor\x18\x03 \x01(\x06\x12\x0e\n\x06sender\x18\x04 \x01(\t\"H\n\x05Label\x12\x30\n\tsubstream\x18\x01 \x01(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\r\n\x05label\x18\x02 \x01(\x12\"R\n\rHostSubstream\x12\x30\n\tsubstream\x18\x01 \x01(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0f\n\x07process\x18\x02 \x01(\t\"1\n\x0cHelloRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12\r\n\x05hosts\x18\x02 \x03(\t\"3\n\nHelloReply\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x10\n\x08last_seq\x18\x02 \x01(\x04\"\xec\x02\n\x0bReportBatch\x12\x12\n\nprocess_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x13\n\x0bincarnation\x18\x03 \x01(\x06\x12-\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x1c.beam_ext.watermark.XorEntry\x12)\n\x06labels\x18\x06 \x03(\x0b\x32\x19.beam_ext.watermark.Label\x12\x0e\n\x06resync\x18\x08 \x01(\x08\x12.\n\x07retired\x18\t \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\x12\x0f\n\x07\x63losing\x18\n \x01(\x08\x12:\n\x0fsource_promises\x18\x0b \x03(\x0b\x32!.beam_ext.watermark.HostSubstream\x12\x34\n\thost_acks\x18\x0c \x03(\x0b\x32!.beam_ext.watermark.HostSubstreamJ\x04\x08\x05\x10\x06J\x04\x08\x07\x10\x08\"\x91\x01\n\tReportAck\x12\x13\n\x0bincarnation\x18\x01 \x01(\x06\x12\x13\n\x0b\x61pplied_seq\x18\x02 \x01(\x04\x12\x17\n\x0fresync_required\x18\x03 \x01(\x08\x12\x11\n\tduplicate\x18\x04 \x01(\x08\x12.\n\x07retired\x18\x05 \x03(\x0b\x32\x1d.beam_ext.watermark.Substream\"&\n\x10SubscribeRequest\x12\x12\n\nprocess_id\x18\x01 \x01(\t\"I\n\x0cNotification\x12\x33\n\x08\x65nded_at\x18\x02 \x03(\x0b\x32!.beam_ext.watermark.HostSubstreamJ\x04\x08\x01\x10\x02\x32\xf5\x01\n\x07Tracker\x12I\n\x05Hello\x12 .beam_ext.watermark.HelloRequest\x1a\x1e.beam_ext.watermark.HelloReply\x12H\n\x06Report\x12\x1f.beam_ext.watermark.ReportBatch\x1a\x1d.beam_ext.watermark.ReportAck\x12U\n\tSubscribe\x12$.beam_ext.watermark.SubscribeRequest\x1a .beam_ext.watermark.Notification0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,21 +34,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBSTREAM']._serialized_start=37
   _globals['_SUBSTREAM']._serialized_end=92
   _globals['_XORENTRY']._serialized_start=94
-  _globals['_XORENTRY']._serialized_end=184
-  _globals['_LABEL']._serialized_start=186
-  _globals['_LABEL']._serialized_end=258
-  _globals['_HELLOREQUEST']._serialized_start=260
-  _globals['_HELLOREQUEST']._serialized_end=294
-  _globals['_HELLOREPLY']._serialized_start=296
-  _globals['_HELLOREPLY']._serialized_end=347
-  _globals['_REPORTBATCH']._serialized_start=350
-  _globals['_REPORTBATCH']._serialized_end=682
-  _globals['_REPORTACK']._serialized_start=685
-  _globals['_REPORTACK']._serialized_end=830
-  _globals['_SUBSCRIBEREQUEST']._serialized_start=832
-  _globals['_SUBSCRIBEREQUEST']._serialized_end=870
-  _globals['_NOTIFICATION']._serialized_start=872
-  _globals['_NOTIFICATION']._serialized_end=932
-  _globals['_TRACKER']._serialized_start=935
-  _globals['_TRACKER']._serialized_end=1180
+  _globals['_XORENTRY']._serialized_end=200
+  _globals['_LABEL']._serialized_start=202
+  _globals['_LABEL']._serialized_end=274
+  _globals['_HOSTSUBSTREAM']._serialized_start=276
+  _globals['_HOSTSUBSTREAM']._serialized_end=358
+  _globals['_HELLOREQUEST']._serialized_start=360
+  _globals['_HELLOREQUEST']._serialized_end=409
+  _globals['_HELLOREPLY']._serialized_start=411
+  _globals['_HELLOREPLY']._serialized_end=462
+  _globals['_REPORTBATCH']._serialized_start=465
+  _globals['_REPORTBATCH']._serialized_end=829
+  _globals['_REPORTACK']._serialized_start=832
+  _globals['_REPORTACK']._serialized_end=977
+  _globals['_SUBSCRIBEREQUEST']._serialized_start=979
+  _globals['_SUBSCRIBEREQUEST']._serialized_end=1017
+  _globals['_NOTIFICATION']._serialized_start=1019
+  _globals['_NOTIFICATION']._serialized_end=1092
+  _globals['_TRACKER']._serialized_start=1095
+  _globals['_TRACKER']._serialized_end=1340
 # @@protoc_insertion_point(module_scope)

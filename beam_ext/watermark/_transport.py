@@ -34,14 +34,25 @@ def decode_substream(m: pb.Substream) -> Substream:
     return int(m.int_id)
 
 
+def encode_at(process: str, s: Substream) -> pb.HostSubstream:
+    return pb.HostSubstream(substream=encode_substream(s), process=process)
+
+
+def decode_at(m: pb.HostSubstream) -> tuple[Substream, str]:
+    return decode_substream(m.substream), m.process
+
+
 def decode_batch(m: pb.ReportBatch) -> Batch:
+    agent = m.process_id
     return Batch(
-        process=m.process_id,
+        process=agent,
         seq=int(m.seq),
-        entries=[(decode_substream(e.substream), e.segment, int(e.xor)) for e in m.entries],
-        promises=[decode_substream(s) for s in m.promises],
+        entries=[
+            (decode_substream(e.substream), e.sender or agent, e.segment, int(e.xor)) for e in m.entries
+        ],
+        promises=[decode_at(x) for x in m.source_promises],
         labels=[(decode_substream(l.substream), int(l.label)) for l in m.labels],
-        acks=[decode_substream(s) for s in m.acks],
+        acks=[decode_at(x) for x in m.host_acks],
         resync=bool(m.resync),
         retired=[decode_substream(s) for s in m.retired],
     )

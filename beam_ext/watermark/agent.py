@@ -7,7 +7,7 @@ import random
 import secrets
 import threading
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
 import grpc
 
@@ -17,7 +17,9 @@ from beam_ext.watermark._table import Substream, check_substream, check_token, o
 from beam_ext.watermark._transport import (
     TOKEN_KEY,
     client_stubs,
+    decode_at,
     decode_substream,
+    encode_at,
     encode_substream,
 )
 
@@ -62,6 +64,9 @@ class LocalAgent:
         time_slack: clock synchronisation slack delta of coarse time labels.
         clock: time source for labels.
         connect_timeout: seconds to wait for the service at construction.
+        hosts: for an executor-level agent, the graph processes it reports
+            for; ``process_id`` then names the executor. Every call takes
+            ``at=`` (the hosted process), or use ``for_process(p)``.
     """
 
     def __init__(
@@ -75,6 +80,7 @@ class LocalAgent:
         time_slack: float = 0.01,
         clock: Clock | None = None,
         connect_timeout: float = 10.0,
+        hosts: Sequence[str] | None = None,
     ) -> None:
         if not isinstance(address, str) or ":" not in address:
             raise ValueError(f"address must be 'host:port', got {address!r}")
@@ -88,8 +94,13 @@ class LocalAgent:
             raise ValueError(f"heartbeat_interval must be > 0 seconds, got {heartbeat_interval!r}")
         if not time_slack > 0:
             raise ValueError(f"time_slack must be > 0 seconds, got {time_slack!r}")
+        if hosts is not None:
+            if isinstance(hosts, str) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+                raise ValueError(f"hosts must be a non-empty list of process ids, got {hosts!r}")
         self.address = address
         self.process_id = process_id
+        self.hosts: tuple[str, ...] = tuple(hosts) if hosts is not None else (process_id,)
+        self._default = self.hosts[0] if len(self.hosts) == 1 else None
         self._metadata = ((TOKEN_KEY, token),)
         self._flush_interval = flush_interval
         self._heartbeat_interval = float(heartbeat_interval)
@@ -100,20 +111,20 @@ class LocalAgent:
         self._cond = threading.Condition(self._lock)
         self._io_lock = threading.Lock()
         # Not yet flushed.
-        self._pending: dict[tuple[Substream, str], int] = {}
-        self._pending_promises: list[Substream] = []
+        self._pending: dict[tuple[Substream, str, str], int] = {}  # (s, sender, segment)
+        self._pending_promises: list[tuple[Substream, str]] = []
         self._pending_labels: dict[Substream, int] = {}
-        self._pending_acks: list[Substream] = []
+        self._pending_acks: list[tuple[str, Substream]] = []
         self._dirty_since: float | None = None
         # Everything flushed for open substreams: resent whole after a service restart.
-        self._cum: dict[Substream, dict[str, int]] = {}
-        self._cum_promises: set[Substream] = set()
+        self._cum: dict[Substream, dict[tuple[str, str], int]] = {}
+        self._cum_promises: set[tuple[Substream, str]] = set()
         self._cum_labels: dict[Substream, int] = {}
         self._retired: set[Substream] = set()
         self._seq = 0
         self._unacked: list[pb.ReportBatch] = []
-        self._delivered: set[Substream] = set()
-        self._callbacks: list[Callable[[Substream], None]] = []
+        self._delivered: set[tuple[str, Substream]] = set()
+        self._callbacks: list[tuple[str, Callable[[Substream], None]]] = []
         self._error: BaseException | None = None
         self._closed = False
         self._last_contact = time.monotonic()
@@ -123,7 +134,7 @@ class LocalAgent:
         self._stubs = client_stubs(self._channel)
         try:
             reply = self._stubs["Hello"](
-                pb.HelloRequest(process_id=process_id),
+                pb.HelloRequest(process_id=process_id, hosts=list(hosts or ())),
                 metadata=self._metadata,
                 timeout=connect_timeout,
                 wait_for_ready=True,
@@ -158,34 +169,49 @@ class LocalAgent:
         """The coarse time label ``ceil(clock / time_slack)`` of this moment."""
         return math.ceil(self._clock.now() / self._slack)
 
-    def sent(self, substream: Substream, token: int, to: str, label: int | None = None) -> None:
+    def _at(self, at: str | None) -> str:
+        if at is None:
+            if self._default is None:
+                raise ValueError(f"agent {self.process_id!r} hosts {len(self.hosts)} processes: pass at=PROCESS")
+            return self._default
+        if at not in self.hosts:
+            raise ValueError(f"at={at!r} is not a process hosted by agent {self.process_id!r}")
+        return at
+
+    def sent(self, substream: Substream, token: int, to: str, label: int | None = None, *, at: str | None = None) -> None:
         """SND: an element of ``substream`` with ``token`` leaves for process ``to``."""
         check_substream(substream)
         check_token(token)
         if not isinstance(to, str) or not to:
             raise ValueError(f"to must be a process id string, got {to!r}")
-        self._report(substream, to, token, label)
+        self._report(substream, self._at(at), to, token, label)
 
-    def received(self, substream: Substream, token: int, label: int | None = None) -> None:
+    def received(self, substream: Substream, token: int, label: int | None = None, *, at: str | None = None) -> None:
         """RCV: the element with ``token`` was processed and its outputs reported."""
         check_substream(substream)
         check_token(token)
-        self._report(substream, self.process_id, token, label)
+        at = self._at(at)
+        self._report(substream, at, at, token, label)
 
-    def promise(self, substream: Substream, label: int | None = None) -> None:
+    def promise(self, substream: Substream, label: int | None = None, *, at: str | None = None) -> None:
         """PROMISE: this source will send no more elements of ``substream``."""
         check_substream(substream)
+        at = self._at(at)
         with self._cond:
             self._raise_if_failed()
-            self._pending_promises.append(substream)
+            self._pending_promises.append((substream, at))
             self._add_label(substream, label)
             self._mark_dirty()
         self._after_report()
 
-    def _report(self, s: Substream, seg: str, token: int, label: int | None) -> None:
+    def for_process(self, process: str) -> "HostedAgent":
+        """A view with the single-process API for one hosted process."""
+        return HostedAgent(self, self._at(process))
+
+    def _report(self, s: Substream, sender: str, seg: str, token: int, label: int | None) -> None:
         with self._cond:
             self._raise_if_failed()
-            key = (s, seg)
+            key = (s, sender, seg)
             self._pending[key] = self._pending.get(key, 0) ^ token
             self._add_label(s, label)
             self._mark_dirty()
@@ -211,25 +237,28 @@ class LocalAgent:
                 self._send(raise_errors=False)
 
     # -- NEOSS -----------------------------------------------------------------
-    def on_end_of_substream(self, callback: Callable[[Substream], None]) -> None:
-        """Call ``callback(substream)`` on each NEOSS for this process (listener thread)."""
+    def on_end_of_substream(self, callback: Callable[[Substream], None], process: str | None = None) -> None:
+        """Call ``callback(substream)`` on each NEOSS for the process (listener thread)."""
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {callback!r}")
+        process = self._at(process)
         with self._cond:
-            self._callbacks.append(callback)
+            self._callbacks.append((process, callback))
 
-    def wait(self, substream: Substream, timeout: float | None = None) -> bool:
-        """Block until NEOSS(substream) arrived; False on timeout."""
+    def wait(self, substream: Substream, timeout: float | None = None, process: str | None = None) -> bool:
+        """Block until NEOSS(substream) arrived for the process; False on timeout."""
         check_substream(substream)
+        key = (self._at(process), substream)
         with self._cond:
-            self._cond.wait_for(lambda: substream in self._delivered or self._error is not None or self._closed, timeout)
+            self._cond.wait_for(lambda: key in self._delivered or self._error is not None or self._closed, timeout)
             self._raise_if_failed()
-            return substream in self._delivered
+            return key in self._delivered
 
-    def ended(self, substream: Substream) -> bool:
-        """Whether NEOSS(substream) already arrived."""
+    def ended(self, substream: Substream, process: str | None = None) -> bool:
+        """Whether NEOSS(substream) already arrived for the process."""
+        key = (self._at(process), substream)
         with self._cond:
-            return substream in self._delivered
+            return key in self._delivered
 
     def _listen(self) -> None:
         backoff = 0.02
@@ -244,7 +273,7 @@ class LocalAgent:
                     return
                 for note in call:
                     backoff = 0.02
-                    self._deliver([decode_substream(s) for s in note.ended])
+                    self._deliver([decode_at(x)[::-1] for x in note.ended_at])
             except grpc.RpcError as exc:
                 if self._stop.is_set() or exc.code() == grpc.StatusCode.CANCELLED:
                     if self._stop.is_set():
@@ -255,22 +284,24 @@ class LocalAgent:
             self._stop.wait(backoff * (1 + self._rng.random()))
             backoff = min(backoff * 2, 1.0)
 
-    def _deliver(self, ended: list[Substream]) -> None:
+    def _deliver(self, ended: list[tuple[str, Substream]]) -> None:
         fresh = []
         with self._cond:
-            for s in ended:
-                if s not in self._delivered:
-                    self._delivered.add(s)
-                    self._pending_acks.append(s)
-                    fresh.append(s)
+            for key in ended:
+                if key not in self._delivered:
+                    self._delivered.add(key)
+                    self._pending_acks.append(key)
+                    fresh.append(key)
             callbacks = list(self._callbacks)
             self._cond.notify_all()
-        for s in fresh:
-            for cb in callbacks:
+        for proc, s in fresh:
+            for want, cb in callbacks:
+                if want != proc:
+                    continue
                 try:
                     cb(s)
                 except Exception:
-                    _log.exception("end-of-substream callback of %r failed on %r", self.process_id, s)
+                    _log.exception("end-of-substream callback of %r failed on %r", proc, s)
 
     # -- flushing ----------------------------------------------------------------
     def flush(self) -> None:
@@ -286,23 +317,23 @@ class LocalAgent:
             return None
         self._seq += 1
         batch = pb.ReportBatch(process_id=self.process_id, seq=self._seq, closing=closing)
-        for (s, seg), x in self._pending.items():
+        for (s, sender, seg), x in self._pending.items():
             if x:
-                batch.entries.append(pb.XorEntry(substream=encode_substream(s), segment=seg, xor=x))
+                batch.entries.append(pb.XorEntry(substream=encode_substream(s), sender=sender, segment=seg, xor=x))
                 segs = self._cum.setdefault(s, {})
-                v = segs.get(seg, 0) ^ x
+                v = segs.get((sender, seg), 0) ^ x
                 if v:
-                    segs[seg] = v
+                    segs[(sender, seg)] = v
                 else:
-                    segs.pop(seg, None)
-        for s in self._pending_promises:
-            batch.promises.append(encode_substream(s))
-            self._cum_promises.add(s)
+                    segs.pop((sender, seg), None)
+        for s, src in self._pending_promises:
+            batch.source_promises.append(encode_at(src, s))
+            self._cum_promises.add((s, src))
         for s, label in self._pending_labels.items():
             batch.labels.append(pb.Label(substream=encode_substream(s), label=label))
             old = self._cum_labels.get(s)
             self._cum_labels[s] = label if old is None else min(old, label)
-        batch.acks.extend(encode_substream(s) for s in self._pending_acks)
+        batch.host_acks.extend(encode_at(p, s) for p, s in self._pending_acks)
         self._pending.clear()
         self._pending_promises.clear()
         self._pending_labels.clear()
@@ -346,7 +377,7 @@ class LocalAgent:
             s = decode_substream(m)
             self._retired.add(s)
             self._cum.pop(s, None)
-            self._cum_promises.discard(s)
+            self._cum_promises = {x for x in self._cum_promises if x[0] != s}
             self._cum_labels.pop(s, None)
 
     def _resync(self, raise_errors: bool) -> None:
@@ -354,11 +385,13 @@ class LocalAgent:
         with self._cond:
             batch = pb.ReportBatch(process_id=self.process_id, seq=self._seq, resync=True)
             for s, segs in self._cum.items():
-                for seg, x in segs.items():
-                    batch.entries.append(pb.XorEntry(substream=encode_substream(s), segment=seg, xor=x))
-            batch.promises.extend(encode_substream(s) for s in self._cum_promises)
+                for (sender, seg), x in segs.items():
+                    batch.entries.append(
+                        pb.XorEntry(substream=encode_substream(s), sender=sender, segment=seg, xor=x)
+                    )
+            batch.source_promises.extend(encode_at(src, s) for s, src in self._cum_promises)
             batch.labels.extend(pb.Label(substream=encode_substream(s), label=l) for s, l in self._cum_labels.items())
-            batch.acks.extend(encode_substream(s) for s in self._delivered if s not in self._retired)
+            batch.host_acks.extend(encode_at(p, s) for p, s in self._delivered if s not in self._retired)
             batch.retired.extend(encode_substream(s) for s in sorted(self._retired, key=order_key))
         try:
             ack = self._stubs["Report"](batch, metadata=self._metadata, timeout=10.0)
@@ -439,3 +472,45 @@ class LocalAgent:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class HostedAgent:
+    """One process's view of an executor-level LocalAgent (same API as a LocalAgent).
+
+    Example::
+
+        ex = LocalAgent(addr, "exec/0", token, hosts=["map/0", "sum/0"])
+        m = ex.for_process("map/0")
+        m.sent(3, new_token(), to="sum/1")
+    """
+
+    def __init__(self, agent: LocalAgent, process: str) -> None:
+        self.agent = agent
+        self.process_id = process
+
+    def label_now(self) -> int:
+        return self.agent.label_now()
+
+    def sent(self, substream: Substream, token: int, to: str, label: int | None = None) -> None:
+        self.agent.sent(substream, token, to, label, at=self.process_id)
+
+    def received(self, substream: Substream, token: int, label: int | None = None) -> None:
+        self.agent.received(substream, token, label, at=self.process_id)
+
+    def promise(self, substream: Substream, label: int | None = None) -> None:
+        self.agent.promise(substream, label, at=self.process_id)
+
+    def on_end_of_substream(self, callback: Callable[[Substream], None]) -> None:
+        self.agent.on_end_of_substream(callback, process=self.process_id)
+
+    def wait(self, substream: Substream, timeout: float | None = None) -> bool:
+        return self.agent.wait(substream, timeout, process=self.process_id)
+
+    def ended(self, substream: Substream) -> bool:
+        return self.agent.ended(substream, process=self.process_id)
+
+    def flush(self) -> None:
+        self.agent.flush()
+
+    def close(self) -> None:
+        """The executor's agent owns the connection: closing a view does nothing."""

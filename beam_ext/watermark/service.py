@@ -17,6 +17,7 @@ from beam_ext.watermark._table import TableError, TrackerTable
 from beam_ext.watermark._transport import (
     TOKEN_KEY,
     decode_batch,
+    encode_at,
     encode_substream,
     server_handler,
 )
@@ -82,6 +83,9 @@ class TrackerService:
         self._lock = threading.Lock()
         self._incarnation = secrets.randbits(64) or 1
         self._subscribers: dict[str, asyncio.Queue] = {}
+        self._host_agent: dict[str, str] = {  # process -> the agent that reports for it
+            h: a for a, hosts in self._table._agents.items() for h in hosts
+        }
         self._last_seen: dict[str, float] = {}
         self._closed: set[str] = set()
         self._lost: set[str] = set()
@@ -257,16 +261,24 @@ class TrackerService:
 
     async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
         await self._authorize(context)
+        agent = request.process_id
+        hosts = list(request.hosts) or [agent]
         with self._lock:
             self._stats["hello_calls"] += 1
             graph = self._table.graph
-            if graph and request.process_id not in graph:
-                await context.abort(
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                    f"process {request.process_id!r} is not in the registered graph",
-                )
-            self._seen(request.process_id)
-            last = self._table._last_seq.get(request.process_id, 0)
+            unknown = [h for h in hosts if graph and h not in graph]
+            if not unknown:
+                if request.hosts:
+                    self._table.register_agent(agent, hosts)
+                for h in hosts:
+                    self._host_agent[h] = agent
+                self._seen(agent)
+            last = self._table._last_seq.get(agent, 0)
+        if unknown:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"process(es) {unknown} of agent {agent!r} are not in the registered graph",
+            )
         return pb.HelloReply(incarnation=self._incarnation, last_seq=last)
 
     async def Report(self, request: pb.ReportBatch, context: grpc.aio.ServicerContext) -> pb.ReportAck:
@@ -309,10 +321,15 @@ class TrackerService:
         )
 
     def _push(self, notifications: dict) -> None:
+        # One Notification per agent, however many of its processes it covers.
+        per_agent: dict[str, list] = {}
         for proc, ended in notifications.items():
-            q = self._subscribers.get(proc)
+            agent = self._host_agent.get(proc, proc)
+            per_agent.setdefault(agent, []).extend((proc, s) for s in ended)
+        for agent, items in per_agent.items():
+            q = self._subscribers.get(agent)
             if q is not None:
-                q.put_nowait(ended)
+                q.put_nowait(items)
 
     async def Subscribe(self, request: pb.SubscribeRequest, context: grpc.aio.ServicerContext):
         await self._authorize(context)
@@ -325,7 +342,10 @@ class TrackerService:
         with self._lock:
             self._seen(proc)
             # Decided before this stream existed and not acknowledged: resend.
-            pending = self._table.unacked_for(proc)
+            try:
+                pending = self._table.unacked_for(proc)
+            except TableError:
+                pending = []
         if pending:
             q.put_nowait(pending)
         try:
@@ -336,7 +356,7 @@ class TrackerService:
                 with self._lock:
                     self._stats["notification_messages"] += 1
                     self._stats["neoss_sent"] += len(ended)
-                yield pb.Notification(ended=[encode_substream(s) for s in ended])
+                yield pb.Notification(ended_at=[encode_at(p, s) for p, s in ended])
         finally:
             if self._subscribers.get(proc) is q:
                 del self._subscribers[proc]

@@ -9,11 +9,16 @@ channel, so elements and reports from different processes reorder.
 What counts as one service message:
 
 - ``punctuation``: one punctuation put on one data channel.
-- ``tracker`` / ``tracker_local``: one protobuf message over gRPC between a
-  process and the TrackerService: a report batch (one SND or RCV or PROMISE
-  without local agents; a flush of XOR aggregates with them), a heartbeat, or
-  one Notification pushed to a process (it may carry several NEOSS). The
-  one-time Hello of each agent is counted apart (``setup_messages``).
+- ``tracker*``: one protobuf message over gRPC between an agent and the
+  TrackerService: a report batch, a heartbeat, or one Notification pushed to
+  an agent (it may carry several NEOSS). The one-time Hello of each agent is
+  counted apart (``setup_messages``).
+
+  - ``tracker``: an agent per process, every SND/RCV/PROMISE its own message.
+  - ``tracker_agent``: an agent per process, XOR-aggregated for ``flush_interval``.
+  - ``tracker_local``: a local agent per executor (partition ``j`` of every
+    stage runs in executor ``j``, like the paper's VMs), XOR-aggregated for
+    ``flush_interval``; one Notification carries the NEOSS of all its processes.
 
 Example::
 
@@ -35,7 +40,7 @@ from beam_ext.watermark.agent import LocalAgent
 from beam_ext.watermark.punctuation import PunctuationTracker
 from beam_ext.watermark.service import TrackerService
 
-MECHANISMS = ("punctuation", "tracker", "tracker_local")
+MECHANISMS = ("punctuation", "tracker", "tracker_agent", "tracker_local")
 _TOKEN = b"simulator-job"
 
 
@@ -171,8 +176,7 @@ def simulate(
 ) -> SimResult:
     """Run ``workload`` with ``mechanism`` ('punctuation', 'tracker', 'tracker_local').
 
-    ``tracker`` sends every report at once (no local aggregation);
-    ``tracker_local`` aggregates reports for ``flush_interval`` seconds.
+    See the module docstring for the three trAcker set-ups.
     Cost: one thread per process (plus two per agent with trAcker).
     """
     if mechanism not in MECHANISMS:
@@ -218,7 +222,8 @@ def simulate(
 
     sources_done = [0]
     svc = None
-    agents: dict[str, LocalAgent] = {}
+    agents: dict = {}
+    owners: list[LocalAgent] = []
     puncts: dict[str, PunctuationTracker] = {}
     if mechanism == "punctuation":
         for p in graph:
@@ -231,8 +236,20 @@ def simulate(
         svc = TrackerService(token=_TOKEN).start()
         svc.register_graph(graph)
         interval = 0 if mechanism == "tracker" else flush_interval
-        for p in graph:
-            agents[p] = LocalAgent(svc.address, p, _TOKEN, flush_interval=interval, time_slack=time_slack, clock=clock)
+        if mechanism == "tracker_local":
+            executors: dict[str, list[str]] = {}
+            for p in graph:
+                executors.setdefault(p.rsplit("/", 1)[1], []).append(p)
+            for j, hosted in sorted(executors.items()):
+                ex = LocalAgent(svc.address, f"exec/{j}", _TOKEN, flush_interval=interval,
+                                time_slack=time_slack, clock=clock, hosts=hosted)
+                owners.append(ex)
+                for p in hosted:
+                    agents[p] = ex.for_process(p)
+        else:
+            for p in graph:
+                agents[p] = LocalAgent(svc.address, p, _TOKEN, flush_interval=interval, time_slack=time_slack, clock=clock)
+                owners.append(agents[p])
         for p in targets:
             agents[p].on_end_of_substream(lambda s, p=p: record_end(p, s))
 
@@ -345,7 +362,7 @@ def simulate(
         net.queues[p].put(("stop",))
     for t in threads + src_threads:
         t.join(timeout=10)
-    for a in agents.values():
+    for a in owners:
         a.close()
     if svc is not None:
         svc.stop()
