@@ -329,3 +329,37 @@ def test_no_neoss_while_in_flight_upstream(rr_service, seed, n_elements):
     check()
     _close(ag)
     assert violations == []
+
+
+def test_executor_agent_reports_for_its_processes(svc):
+    """One local agent per executor: one flush and one notification serve all its processes."""
+    graph = {"src/0": [], "src/1": [], "a/0": ["src/0", "src/1"], "a/1": ["src/0", "src/1"],
+             "b/0": ["a/0", "a/1"], "b/1": ["a/0", "a/1"]}
+    svc.register_graph(graph)
+    ex = {j: LocalAgent(svc.address, f"exec/{j}", TOKEN, flush_interval=None,
+                        hosts=[f"src/{j}", f"a/{j}", f"b/{j}"]) for j in (0, 1)}
+    view = {p: ex[int(p[-1])].for_process(p) for p in graph}
+    with pytest.raises(ValueError, match="pass at="):
+        ex[0].sent(1, 5, to="a/1")
+    with pytest.raises(ValueError, match="not a process hosted"):
+        ex[0].for_process("a/1")
+    t1, t2 = new_token(), new_token()
+    view["src/0"].sent(1, t1, to="a/1")
+    view["src/0"].promise(1)
+    view["src/1"].promise(1)
+    view["a/1"].sent(1, t2, to="b/0")
+    view["a/1"].received(1, t1)
+    ex[0].flush()
+    before = svc.stats()["report_batches"]
+    ex[1].flush()
+    assert svc.stats()["report_batches"] == before + 1  # three reports, one batch
+    for p in ("a/0", "a/1", "b/1"):
+        assert view[p].wait(1, timeout=10), p
+    assert not view["b/0"].ended(1)
+    view["b/0"].received(1, t2)
+    ex[0].flush()
+    assert view["b/0"].wait(1, timeout=10)
+    for a in ex.values():
+        a.close()
+    with pytest.raises(ValueError, match="not in the registered graph"):
+        LocalAgent(svc.address, "exec/9", TOKEN, hosts=["ghost/0"])
