@@ -131,6 +131,8 @@ class TrackerTable:
         self._heaps: dict[str, list[tuple[tuple, Substream]]] = {}
         self._retire_outbox: dict[str, list[Substream]] = {}
         self._agents: dict[str, frozenset[str]] = {}  # executor agent -> hosted processes
+        self._target_set: frozenset[str] = frozenset()
+        self._reach: dict[str, frozenset[str]] = {}
         self.late_reports = 0
         self.duplicates = 0
 
@@ -168,7 +170,14 @@ class TrackerTable:
         self._upstream = upstream
         self._sources = sources
         self._targets = tuple(sorted(p for p in upstream if p not in sources))
+        self._target_set = frozenset(self._targets)
         self._watch = {p: self._closure(p) for p in upstream}
+        # segment -> targets that watch it: a non-zero segment blocks exactly these.
+        reach: dict[str, set[str]] = {p: set() for p in upstream}
+        for t in self._targets:
+            for seg in self._watch[t]:
+                reach[seg].add(t)
+        self._reach = {seg: frozenset(ts) for seg, ts in reach.items()}
         for p in upstream:
             self._heaps.setdefault(p, [])
 
@@ -382,18 +391,22 @@ class TrackerTable:
         return len(e.promised) == len(self._sources) and e.xor.keys().isdisjoint(self._watch[proc])
 
     def _release(self, touched: set[Substream], notes: dict[str, list[Substream]]) -> None:
-        candidates = [s for s in touched if s in self._entries and len(self._entries[s].promised) == len(self._sources)]
-        if candidates:
+        n_sources = len(self._sources)
+        for s in touched:
+            e = self._entries.get(s)
+            if e is None or len(e.promised) != n_sources or len(e.notified) == len(self._targets):
+                continue
+            blocked: set[str] = set()
+            for seg in e.xor:
+                blocked |= self._reach[seg]
+            ready = self._target_set - e.notified - blocked
             if self.consistent_order:
-                for t in self._targets:
+                for t in sorted(ready):
                     self._release_in_order(t, notes)
             else:
-                for s in candidates:
-                    e = self._entries[s]
-                    for t in self._targets:
-                        if t not in e.notified and self._ready(e, t):
-                            e.notified.add(t)
-                            notes.setdefault(t, []).append(s)
+                for t in sorted(ready):
+                    e.notified.add(t)
+                    notes.setdefault(t, []).append(s)
         for s in touched:
             e = self._entries.get(s)
             if e is not None and len(e.acked) == len(self._targets):
