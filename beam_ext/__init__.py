@@ -8,6 +8,13 @@ __version__ = "0.1.0"
 __all__: list[str] = []
 
 # Watermark service: trAcker tracking agent, local agents (beam_ext.watermark).
-from beam_ext.watermark import LocalAgent, TrackerAuthError, TrackerService, new_token  # noqa: E402
+from beam_ext.watermark import (  # noqa: E402
+    FirmBound,
+    LocalAgent,
+    PunctuationTracker,
+    TrackerAuthError,
+    TrackerService,
+    new_token,
+)
 
-__all__ += ["LocalAgent", "TrackerAuthError", "TrackerService", "new_token"]
+__all__ += ["FirmBound", "LocalAgent", "PunctuationTracker", "TrackerAuthError", "TrackerService", "new_token"]

@@ -42,6 +42,7 @@ class Row:
     completed: bool
     violations: int
     throughput: float
+    stage_spread_ms: float = float("nan")  # max - min of per-stage median latencies
 
 
 def run_config(stages: int, parallelism: int, granularity: int, mechanisms, elements: int,
@@ -58,10 +59,12 @@ def run_config(stages: int, parallelism: int, granularity: int, mechanisms, elem
                      granularity=granularity, rate=rate)
         r = simulate(w, mech, seed=seed, delay=(0.0, 0.001))
         lat = sorted(r.latencies) or [float("nan")]
+        by_stage = list(r.extra.get("latency_by_stage", {}).values()) or [float("nan")]
         rows.append(Row(sweep, stages, parallelism, granularity, mech, n, r.service_messages,
                         100.0 * r.service_messages / n, r.message_breakdown,
                         1000 * statistics.median(lat), 1000 * lat[int(0.9 * (len(lat) - 1))],
-                        r.completed, r.violations, r.throughput))
+                        r.completed, r.violations, r.throughput,
+                        1000 * (max(by_stage) - min(by_stage))))
         print(f"  {sweep:12s} N={stages:<3d} P={parallelism:<3d} g={granularity:<3d} {mech:14s} "
               f"msgs={r.service_messages:<8d} per100={rows[-1].per_100:9.1f} "
               f"lat={rows[-1].latency_ms:7.1f}ms ok={r.completed} viol={r.violations}", flush=True)
@@ -178,12 +181,13 @@ def write_report(rows: list[Row], thr: list[Row], args, seconds: float, reps: li
         "",
         f"![latency]({lat_png})",
         "",
-        "| sweep | N | P | g | mechanism | elements | messages | per 100 elements | median latency ms | p90 ms | completed | violations |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| sweep | N | P | g | mechanism | elements | messages | per 100 elements | median latency ms | p90 ms | stage spread ms | completed | violations |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(f"| {r.sweep} | {r.stages} | {r.parallelism} | {r.granularity} | {r.mechanism} | {r.elements} | {r.messages} | "
-                     f"{r.per_100:.1f} | {r.latency_ms:.1f} | {r.latency_p90_ms:.1f} | {r.completed} | {r.violations} |")
+                     f"{r.per_100:.1f} | {r.latency_ms:.1f} | {r.latency_p90_ms:.1f} | {r.stage_spread_ms:.1f} | "
+                     f"{r.completed} | {r.violations} |")
     lines += ["", "## Throughput (sources unthrottled, N=5, |P|=4, g=10)", "",
               "| mechanism | elements/s | service messages |", "|---|---|---|"]
     for r in thr:

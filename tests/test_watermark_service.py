@@ -363,3 +363,11 @@ def test_executor_agent_reports_for_its_processes(svc):
         a.close()
     with pytest.raises(ValueError, match="not in the registered graph"):
         LocalAgent(svc.address, "exec/9", TOKEN, hosts=["ghost/0"])
+
+
+def test_public_names_are_re_exported():
+    import beam_ext
+    import beam_ext.watermark as wm
+
+    for name in ("TrackerService", "LocalAgent", "FirmBound", "PunctuationTracker", "new_token"):
+        assert getattr(beam_ext, name) is getattr(wm, name)

@@ -386,4 +386,15 @@ def simulate(
         elapsed=elapsed,
         data_messages=counters["data"],
         ends=sum(len(v) for v in ended_at.values()),
+        extra={"latency_by_stage": _by_stage(ended_at, promised_at)},
     )
+
+
+def _by_stage(ended_at: dict, promised_at: dict) -> dict[str, float]:
+    """Median notification latency per stage (the part of a process id before '/')."""
+    per: dict[str, list[float]] = {}
+    for p, ends in ended_at.items():
+        for s, t in ends.items():
+            if s in promised_at:
+                per.setdefault(p.split("/")[0], []).append(t - promised_at[s])
+    return {k: sorted(v)[len(v) // 2] for k, v in per.items()}
