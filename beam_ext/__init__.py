@@ -33,3 +33,15 @@ from beam_ext.transforms.sampling import (  # noqa: E402
 )
 
 __all__ += ["ApproximateResult", "ApproximateWindowAggregate", "OnlineSampler", "SamplerConfig"]
+
+# Watermark service: trAcker tracking agent, local agents (beam_ext.watermark).
+from beam_ext.watermark import (  # noqa: E402
+    FirmBound,
+    LocalAgent,
+    PunctuationTracker,
+    TrackerAuthError,
+    TrackerService,
+    new_token,
+)
+
+__all__ += ["FirmBound", "LocalAgent", "PunctuationTracker", "TrackerAuthError", "TrackerService", "new_token"]
