@@ -1,0 +1,13 @@
+"""SparkRunner: Beam pipelines on Apache Spark.
+
+Example::
+
+    with beam.Pipeline(runner=SparkRunner()) as p: ...
+"""
+from beam_ext.runner._errors import PipelineError
+from beam_ext.runner.options import SparkRunnerOptions
+from beam_ext.runner.session import SparkUnavailableError
+from beam_ext.runner.spark_runner import SparkPipelineResult, SparkRunner
+
+__all__ = ["PipelineError", "SparkPipelineResult", "SparkRunner", "SparkRunnerOptions",
+           "SparkUnavailableError"]

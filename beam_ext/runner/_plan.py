@@ -1,0 +1,295 @@
+"""Runner API proto -> fused stages, with Beam's own translation phases.
+
+Planning is Beam's: the same phases the FnApiRunner applies (combiner
+packing and lifting, SDF expansion, GroupByKey and Flatten expansion, greedy
+fusion, ...), plus two of ours:
+
+* ``_spread_sdf_processing``: the stage that processes SDF restrictions
+  starts a new stage, so the runner can spread the initial splits over all
+  partitions (without it a big read is processed by the one task that ran
+  the impulse);
+* native substitution: a composite annotated with a registered Spark-native
+  implementation (``beam_ext.runner.native``) becomes one runner-executed
+  transform.
+
+What comes out is a list of :class:`PlannedStage` in topological order; each
+names the buffers it reads and writes, like the FnApiRunner's buffers:
+``impulse``, ``materialize:<pcoll>``, ``group:<gbk transform>``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Optional
+
+from apache_beam.coders import WindowedValueCoder
+from apache_beam.portability import common_urns, python_urns
+from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2, endpoints_pb2
+from apache_beam.runners.portability.fn_api_runner import translations
+from apache_beam.runners.portability.fn_api_runner.translations import (
+    IMPULSE_BUFFER, Stage, TransformContext, split_buffer_id)
+from apache_beam.runners import pipeline_context
+from apache_beam.runners.worker import bundle_processor
+from apache_beam.utils import proto_utils
+
+from beam_ext.runner import native
+from beam_ext.runner._shuffle import ShuffleWriter
+from beam_ext.runner._task import StageSpec
+
+_RUNNER_URNS = frozenset([common_urns.primitives.FLATTEN.urn,
+                          common_urns.primitives.GROUP_BY_KEY.urn])
+_SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
+
+
+@dataclasses.dataclass
+class GroupSpec:
+    """How to group one ``group:`` buffer after the shuffle."""
+
+    pre_coder: WindowedValueCoder
+    post_coder: WindowedValueCoder
+    windowing: Any
+    trivial: bool  # global window, default trigger: values stay encoded
+
+
+@dataclasses.dataclass
+class SideInputSpec:
+    """One side input of a stage: which buffer, for which transform and tag."""
+
+    buffer: bytes
+    transform_id: str
+    tag: str
+    access_pattern: beam_runner_api_pb2.FunctionSpec
+    coder: WindowedValueCoder
+
+
+@dataclasses.dataclass
+class NativeSpec:
+    urn: str
+    payload: bytes
+    step_name: str
+    input_coder: WindowedValueCoder
+    output_coder: WindowedValueCoder
+
+
+@dataclasses.dataclass
+class PlannedStage:
+    name: str
+    inputs: list[bytes]  # buffer ids, by input index
+    outputs: list[bytes]  # buffer ids, by output index
+    input_coders: list[WindowedValueCoder]
+    spec: Optional[StageSpec] = None  # None for a native stage
+    native: Optional[NativeSpec] = None
+    side_inputs: list[SideInputSpec] = dataclasses.field(default_factory=list)
+    keyed: bool = False  # stateful: partition input by key first
+    spread: bool = False  # SDF processing: spread input elements over partitions
+
+
+@dataclasses.dataclass
+class Plan:
+    stages: list[PlannedStage]
+    groups: dict[bytes, GroupSpec]
+
+
+def _spread_sdf_processing(stages: Iterable[Stage], context: TransformContext):
+    for stage in stages:
+        if any(t.spec.urn == _SDF_PROCESS_URN for t in stage.transforms):
+            stage.forced_root = True
+        yield stage
+
+
+def _substitute_natives(proto: beam_runner_api_pb2.Pipeline) -> frozenset[str]:
+    """Turns annotated composites with a registered implementation into leaves."""
+    urns = set()
+    components = proto.components
+    for transform in components.transforms.values():
+        urn_bytes = transform.annotations.get(native.NATIVE_URN_ANNOTATION)
+        if not urn_bytes or not transform.subtransforms:
+            continue
+        urn = urn_bytes.decode("utf-8")
+        if native.lookup_native(urn) is None:
+            continue  # no Spark implementation: run the Beam expansion
+        if len(transform.inputs) != 1 or len(transform.outputs) != 1:
+            continue
+        transform.spec.urn = urn
+        transform.spec.payload = transform.annotations[native.NATIVE_PAYLOAD_ANNOTATION]
+        del transform.subtransforms[:]
+        urns.add(urn)
+    return frozenset(urns)
+
+
+def _phases():
+    t = translations
+    return [
+        t.annotate_downstream_side_inputs,
+        t.annotate_stateful_dofns_as_roots,
+        t.fix_side_input_pcoll_coders,
+        t.pack_combiners,
+        t.lift_combiners,
+        t.expand_sdf,
+        _spread_sdf_processing,
+        t.expand_gbk,
+        t.sink_flattens,
+        t.greedily_fuse,
+        t.read_to_impulse,
+        t.impulse_to_input,
+        t.sort_stages,
+        t.add_impulse_to_dangling_transforms,
+        t.setup_timer_mapping,
+        t.populate_data_channel_coders,
+    ]
+
+
+def _check_supported(proto: beam_runner_api_pb2.Pipeline, native_urns: frozenset[str]) -> None:
+    known = (set(bundle_processor.BeamTransformFactory._known_urns) | _RUNNER_URNS | native_urns
+             | {common_urns.primitives.IMPULSE.urn} | set(translations.KNOWN_COMPOSITES)
+             # Composites whose expansion turned out empty (e.g. a reshuffle
+             # that was not needed) are leaves carrying no work.
+             | {python_urns.PICKLED_TRANSFORM, python_urns.GENERIC_COMPOSITE_TRANSFORM})
+    leaves = [t for t in proto.components.transforms.values() if not t.subtransforms]
+    for transform in leaves:
+        urn = transform.spec.urn
+        if urn and urn not in known:
+            hint = (" (streaming pipelines are not supported yet)"
+                    if urn == common_urns.primitives.TEST_STREAM.urn else "")
+            raise NotImplementedError(
+                f"SparkRunner cannot run transform {transform.unique_name!r}: "
+                f"unknown URN {urn!r}{hint}")
+
+
+def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int) -> Plan:
+    native_urns = _substitute_natives(proto)
+    _check_supported(proto, native_urns)
+    context, stages = translations.create_and_optimize_stages(
+        proto, phases=_phases(), known_runner_urns=_RUNNER_URNS | native_urns)
+    return _Planner(context, native_urns, bundle_bytes).plan(stages)
+
+
+class _Planner:
+    def __init__(self, context: TransformContext, native_urns: frozenset[str],
+                 bundle_bytes: int) -> None:
+        self._context = context
+        self._components = context.components
+        self._pipeline_context = pipeline_context.PipelineContext(self._components)
+        self._native_urns = native_urns
+        self._bundle_bytes = bundle_bytes
+        self._groups: dict[bytes, GroupSpec] = {}
+
+    def _coder(self, coder_id: str, safe: bool = False):
+        if safe:
+            coder_id = self._context.safe_coders.get(coder_id, coder_id)
+        return self._pipeline_context.coders[coder_id]
+
+    def _channel_coder(self, pcoll: str, safe: bool = False):
+        return self._coder(self._context.data_channel_coders[pcoll], safe)
+
+    def plan(self, stages: list[Stage]) -> Plan:
+        return Plan([self._plan_stage(s) for s in stages], self._groups)
+
+    def _group_spec(self, buffer_id: bytes) -> GroupSpec:
+        if buffer_id not in self._groups:
+            _, gbk_id = split_buffer_id(buffer_id)
+            gbk = self._components.transforms[gbk_id]
+            in_pcoll = translations.only_element(list(gbk.inputs.values()))
+            out_pcoll = translations.only_element(list(gbk.outputs.values()))
+            windowing = self._pipeline_context.windowing_strategies[
+                self._components.pcollections[in_pcoll].windowing_strategy_id]
+            trivial = windowing.is_default()
+            # Default windowing can keep keys and values as opaque bytes (the
+            # safe coders); anything else needs the real windows and keys.
+            self._groups[buffer_id] = GroupSpec(
+                pre_coder=self._channel_coder(in_pcoll, safe=trivial),
+                post_coder=self._channel_coder(out_pcoll, safe=trivial),
+                windowing=windowing, trivial=trivial)
+        return self._groups[buffer_id]
+
+    def _plan_stage(self, stage: Stage) -> PlannedStage:
+        inputs, outputs, input_ids, output_ids, input_coders = [], [], [], {}, []
+        shuffle_writers = {}
+        native_transform = None
+        side_inputs: list[SideInputSpec] = []
+        for transform in stage.transforms:
+            urn = transform.spec.urn
+            if urn == bundle_processor.DATA_INPUT_URN:
+                buffer_id = transform.spec.payload
+                pcoll = translations.only_element(transform.outputs.values())
+                input_ids.append(transform.unique_name)
+                inputs.append(buffer_id)
+                input_coders.append(self._channel_coder(pcoll))
+                self._set_port(transform, pcoll)
+            elif urn == bundle_processor.DATA_OUTPUT_URN:
+                buffer_id = transform.spec.payload
+                pcoll = translations.only_element(transform.inputs.values())
+                output_ids[transform.unique_name] = len(outputs)
+                if split_buffer_id(buffer_id)[0] == "group":
+                    group = self._group_spec(buffer_id)
+                    shuffle_writers[len(outputs)] = ShuffleWriter(group.pre_coder, group.trivial)
+                outputs.append(buffer_id)
+                self._set_port(transform, pcoll)
+            elif urn in self._native_urns:
+                native_transform = transform
+            elif urn in translations.PAR_DO_URNS:
+                payload = proto_utils.parse_Bytes(
+                    transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+                for tag, si in payload.side_inputs.items():
+                    pcoll = transform.inputs[tag]
+                    side_inputs.append(SideInputSpec(
+                        buffer=translations.create_buffer_id(pcoll),
+                        transform_id=transform.unique_name, tag=tag,
+                        access_pattern=si.access_pattern,
+                        coder=self._channel_coder(pcoll, safe=True)))
+            elif urn == common_urns.primitives.GROUP_BY_KEY.urn:
+                raise NotImplementedError(
+                    f"SparkRunner: runner transform {transform.unique_name!r} ({urn}) "
+                    "was not expanded by planning")
+        planned = PlannedStage(name=stage.name, inputs=inputs, outputs=outputs,
+                               input_coders=input_coders, side_inputs=side_inputs)
+        if native_transform is not None:
+            planned.native = self._native_spec(native_transform)
+            return planned
+        planned.keyed = stage.is_stateful()
+        planned.spread = any(t.spec.urn == _SDF_PROCESS_URN for t in stage.transforms)
+        planned.spec = StageSpec(
+            name=stage.name,
+            descriptor=self._descriptor(stage).SerializeToString(),
+            inputs=tuple(input_ids),
+            outputs=output_ids,
+            shuffle_writers=shuffle_writers,
+            timer_families=tuple(sorted(stage.timers)),
+            timer_coders=self._timer_coders(stage),
+            bundle_bytes=self._bundle_bytes)
+        return planned
+
+    def _set_port(self, transform: beam_runner_api_pb2.PTransform, pcoll: str) -> None:
+        port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=self._context.data_channel_coders[pcoll])
+        transform.spec.payload = port.SerializeToString()
+
+    def _timer_coders(self, stage: Stage) -> dict:
+        coders = {}
+        for transform in stage.transforms:
+            if transform.spec.urn in translations.PAR_DO_URNS:
+                payload = proto_utils.parse_Bytes(
+                    transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+                for family, spec in payload.timer_family_specs.items():
+                    coders[(transform.unique_name, family)] = self._coder(
+                        spec.timer_family_coder_id)
+        return coders
+
+    def _native_spec(self, transform: beam_runner_api_pb2.PTransform) -> NativeSpec:
+        in_pcoll = translations.only_element(transform.inputs.values())
+        out_pcoll = translations.only_element(transform.outputs.values())
+        return NativeSpec(
+            urn=transform.spec.urn, payload=transform.spec.payload,
+            step_name=transform.unique_name,
+            input_coder=self._channel_coder(in_pcoll),
+            output_coder=self._channel_coder(out_pcoll))
+
+    def _descriptor(self, stage: Stage) -> beam_fn_api_pb2.ProcessBundleDescriptor:
+        components = self._components
+        return beam_fn_api_pb2.ProcessBundleDescriptor(
+            id=stage.name,
+            transforms={t.unique_name: t for t in stage.transforms},
+            pcollections=dict(components.pcollections.items()),
+            coders=dict(components.coders.items()),
+            windowing_strategies=dict(components.windowing_strategies.items()),
+            environments=dict(components.environments.items()),
+            # Timers travel on the data channel; the SDK needs an endpoint set.
+            timer_api_service_descriptor=endpoints_pb2.ApiServiceDescriptor(url="in-process"))

@@ -1,0 +1,143 @@
+"""Beam GroupByKey as a Spark shuffle on encoded key bytes.
+
+The producing stage writes windowed ``KV`` elements; :class:`ShuffleWriter`
+splits them into ``(encoded_key, payload)`` pairs that Spark partitions by a
+stable hash of the key bytes. :class:`GroupReader` turns one shuffled
+partition back into the encoded ``KV<K, Iterable<V>>`` elements the
+consuming stage reads, with Beam's windowing semantics (the same trigger
+driver Beam's own runners use in batch).
+
+Global windowing with the default trigger, the common case, never decodes a
+value: the payload is the value's nested encoding and the output element is
+assembled from bytes.
+"""
+from __future__ import annotations
+
+import collections
+import struct
+import zlib
+from typing import Any, Iterable, Iterator
+
+from apache_beam import coders
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
+from apache_beam.transforms import trigger
+from apache_beam.transforms.window import GlobalWindow, GlobalWindows
+from apache_beam.utils import windowed_value
+
+_CHUNK_BYTES = 4 << 20
+
+
+def key_partition(key: bytes) -> int:
+    """Stable across processes (unlike ``hash``), so every task agrees."""
+    return zlib.crc32(key)
+
+
+def _on_time_global_header() -> bytes:
+    wv = GlobalWindows.windowed_value(
+        b"",
+        timestamp=GlobalWindow().max_timestamp(),
+        pane_info=windowed_value.PaneInfo(
+            is_first=True, is_last=True, timing=windowed_value.PaneInfoTiming.ON_TIME,
+            index=0, nonspeculative_index=0))
+    encoded = coders.WindowedValueCoder(
+        coders.BytesCoder(), coders.coders.GlobalWindowCoder()).get_impl().encode_nested(wv)
+    assert encoded.endswith(b"\x00")  # the nested empty bytes value
+    return encoded[:-1]
+
+
+class ShuffleWriter:
+    """Splits encoded windowed KVs into ``(key bytes, payload)`` pairs."""
+
+    def __init__(self, pre_coder: coders.WindowedValueCoder, trivial: bool) -> None:
+        self._coder = pre_coder
+        self._trivial = trivial
+
+    def split(self, data: bytes) -> Iterator[tuple[bytes, bytes]]:
+        impl = self._coder.get_impl()
+        kv_coder = self._coder.wrapped_value_coder
+        key_impl = kv_coder.key_coder().get_impl()
+        value_impl = kv_coder.value_coder().get_impl()
+        stream = create_InputStream(data)
+        if self._trivial:
+            while stream.size() > 0:
+                key, value = impl.decode_from_stream(stream, True).value
+                yield key_impl.encode_nested(key), value_impl.encode_nested(value)
+        else:
+            while stream.size() > 0:
+                wv = impl.decode_from_stream(stream, True)
+                yield key_impl.encode_nested(wv.value[0]), impl.encode_nested(wv)
+
+
+class GroupReader:
+    """Groups one shuffled partition by key and window; yields encoded chunks."""
+
+    def __init__(self, pre_coder: coders.WindowedValueCoder,
+                 post_coder: coders.WindowedValueCoder, windowing: Any, trivial: bool) -> None:
+        self._pre = pre_coder
+        self._post = post_coder
+        self._windowing = windowing
+        self._trivial = trivial
+
+    def read(self, pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[bytes]:
+        table: dict[bytes, list] = collections.defaultdict(list)
+        if self._trivial:
+            for key, value in pairs:
+                table[key].append(value)
+            yield from self._assemble_global(table)
+        else:
+            impl = self._pre.get_impl()
+            for key, element in pairs:
+                wv = impl.decode_nested(element)
+                table[key].append(wv.with_value(wv.value[1]))
+            yield from self._trigger_groups(table)
+
+    @staticmethod
+    def _assemble_global(table: dict[bytes, list[bytes]]) -> Iterator[bytes]:
+        header = _on_time_global_header()
+        pack = struct.Struct(">i").pack
+        parts: list[bytes] = []
+        size = 0
+        for key, values in table.items():
+            parts += (header, key, pack(len(values)))
+            parts += values
+            size += len(key) + sum(map(len, values))
+            if size >= _CHUNK_BYTES:
+                yield b"".join(parts)
+                parts, size = [], 0
+        if parts:
+            yield b"".join(parts)
+
+    def _trigger_groups(self, table: dict[bytes, list]) -> Iterator[bytes]:
+        driver = trigger.create_trigger_driver(self._windowing, True)
+        key_impl = self._pre.wrapped_value_coder.key_coder().get_impl()
+        out_impl = self._post.get_impl()
+        out = create_OutputStream()
+        for encoded_key, values in table.items():
+            key = key_impl.decode_nested(encoded_key)
+            for grouped in driver.process_entire_key(key, values):
+                out_impl.encode_to_stream(grouped, out, True)
+            if out.size() >= _CHUNK_BYTES:
+                yield out.get()
+                out = create_OutputStream()
+        if out.size():
+            yield out.get()
+
+
+class ElementSplitter:
+    """Splits encoded elements one by one (to re-key or spread them)."""
+
+    def __init__(self, coder: coders.Coder) -> None:
+        self._coder = coder
+
+    def elements(self, data: bytes) -> Iterator[Any]:
+        impl = self._coder.get_impl()
+        stream = create_InputStream(data)
+        while stream.size() > 0:
+            yield impl.decode_from_stream(stream, True)
+
+    def encode(self, value: Any) -> bytes:
+        return self._coder.get_impl().encode_nested(value)
+
+    def key_of(self, wv: Any) -> bytes:
+        return self._coder.wrapped_value_coder.key_coder().get_impl().encode_nested(
+            wv.value[0])

@@ -1,0 +1,54 @@
+"""Command-line and programmatic options of SparkRunner."""
+from __future__ import annotations
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+
+class SparkRunnerOptions(PipelineOptions):
+    """Options of :class:`beam_ext.runner.SparkRunner`.
+
+    Example::
+
+        opts = PipelineOptions(["--spark_master=local[2]",
+                                "--spark_conf=spark.executor.memory=2g"])
+        opts.view_as(SparkRunnerOptions).spark_parallelism   # None: Spark's default
+    """
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            "--spark_master",
+            default="local[*]",
+            help="Spark master URL (local[N], spark://host:port, yarn, ...). "
+            "Ignored when a SparkContext is already running.")
+        parser.add_argument(
+            "--spark_conf",
+            action="append",
+            default=None,
+            metavar="KEY=VALUE",
+            help="Spark configuration passed to the SparkSession builder; repeatable.")
+        parser.add_argument(
+            "--spark_app_name",
+            default=None,
+            help="Spark application name (default: the pipeline's job name).")
+        parser.add_argument(
+            "--spark_parallelism",
+            type=int,
+            default=None,
+            help="Partitions for reads and shuffles (default: Spark's default parallelism).")
+        parser.add_argument(
+            "--spark_bundle_size",
+            type=int,
+            default=64 << 20,
+            help="Largest input, in bytes, fed to one Beam bundle inside a Spark task.")
+
+
+def parse_spark_conf(entries: list[str] | None) -> dict[str, str]:
+    """``["k=v", ...]`` -> ``{"k": "v"}``, naming the malformed entry on error."""
+    conf: dict[str, str] = {}
+    for entry in entries or []:
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"--spark_conf expects KEY=VALUE, got {entry!r}")
+        conf[key.strip()] = value
+    return conf

@@ -1,0 +1,83 @@
+"""Finding or starting the SparkSession a pipeline runs on."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+from beam_ext.runner.options import SparkRunnerOptions, parse_spark_conf
+
+_LOG = logging.getLogger(__name__)
+
+
+class SparkUnavailableError(RuntimeError):
+    """Spark cannot be started or reached (no Java, bad master URL, ...)."""
+
+
+def _check_java() -> None:
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get(
+        "JAVA_HOME") else shutil.which("java")
+    if not java or not os.path.exists(java):
+        raise SparkUnavailableError(
+            "Java not found: PySpark 4 needs Java 17+ (install it or set JAVA_HOME)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    try:
+        major = int(out.split('"')[1].split(".")[0])
+    except (IndexError, ValueError):
+        return  # unknown format; let Spark report
+    if major < 17:
+        raise SparkUnavailableError(f"{java} is Java {major}; PySpark 4 needs Java 17+")
+
+
+def _check_master_reachable(master: str) -> None:
+    """Fail fast on a standalone master nobody listens on: Spark itself would
+    retry for minutes before giving up with no hint of the URL."""
+    if not master.startswith("spark://"):
+        return
+    for hostport in master[len("spark://"):].split(","):
+        host, _, port = hostport.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=5):
+                return
+        except (OSError, ValueError):
+            continue
+    raise SparkUnavailableError(f"Spark master {master!r} is unreachable")
+
+
+def active_session():
+    """The running SparkSession, or None."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() or SparkSession._instantiatedSession
+
+
+def get_or_create_session(options: SparkRunnerOptions, app_name: str):
+    """The active SparkSession if there is one (spark-submit, notebooks, tests),
+    else a new one built from ``options``."""
+    session = active_session()
+    if session is not None and session.sparkContext._jsc is not None:
+        return session
+    _check_java()
+    _check_master_reachable(options.spark_master)
+    from pyspark.sql import SparkSession
+
+    # Executors must import apache_beam and beam_ext: run this interpreter
+    # unless the user chose another one.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(options.spark_master).appName(
+        options.spark_app_name or app_name)
+    conf = {"spark.ui.showConsoleProgress": "true",
+            "spark.sql.execution.arrow.pyspark.enabled": "true"}
+    conf.update(parse_spark_conf(options.spark_conf))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    _LOG.info("Starting Spark (master %s)", options.spark_master)
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # py4j and JVM errors carry no hint of the cause
+        raise SparkUnavailableError(
+            f"could not start Spark with master {options.spark_master!r}: {exc}") from exc
+    return session

@@ -1,0 +1,20 @@
+"""Beam's ``it_validatesrunner`` tests from the installed apache_beam, on SparkRunner.
+
+Importing the test classes is enough for pytest to collect them; the
+conftest keeps the ones marked ``it_validatesrunner`` and points
+``TestPipeline`` at SparkRunner. No test is skipped.
+"""
+from apache_beam.metrics.metric_test import MetricsTest  # noqa: F401
+from apache_beam.pipeline_test import DoFnTest, PipelineTest  # noqa: F401
+from apache_beam.transforms.combinefn_lifecycle_test import CombineFnLifecycleTest  # noqa: F401
+from apache_beam.transforms.combiners_test import (  # noqa: F401
+    CombineGloballyTest, CombineTest, CombineValuesTest, CombinerWithSideInputs,
+    LatestTest, TimestampCombinerTest)
+from apache_beam.transforms.deduplicate_test import DeduplicateTest  # noqa: F401
+from apache_beam.transforms.dofn_lifecycle_test import DoFnLifecycleTest  # noqa: F401
+from apache_beam.transforms.ptransform_test import (  # noqa: F401
+    DeadLettersTest, PTransformTest, TestGroupBy)
+from apache_beam.transforms.sideinputs_test import SideInputsTest  # noqa: F401
+from apache_beam.transforms.util_test import (  # noqa: F401
+    CoGroupByKeyTest, GroupIntoBatchesTest, ReifyTest, ReshuffleTest, WaitOnTest,
+    WithKeysTest)
