@@ -209,7 +209,10 @@ class SpillStore:
         self._order = itertools.count()
         self._pending_ops = 0
         self._stage_per_block = 0.0  # EWMA of seconds to stage one block
+        # A re-execution is an iteration of a destaged (past) window; Aion's
+        # proactive caching aims to serve those from memory.
         self.stats = {"iterations": 0, "iterations_from_memory": 0,
+                      "reexecutions": 0, "reexecutions_from_memory": 0,
                       "blocks_written": 0, "blocks_staged": 0, "serialize_seconds": 0.0}
         os.makedirs(self._path, exist_ok=True)
         try:
@@ -427,6 +430,9 @@ class SpillStore:
             from_memory = all(b.values is not None for b in blocks)
             self.stats["iterations"] += 1
             self.stats["iterations_from_memory"] += from_memory
+            if win.destaged:
+                self.stats["reexecutions"] += 1
+                self.stats["reexecutions_from_memory"] += from_memory
             if not from_memory:
                 self._request_staging(win)
             win.readers += 1

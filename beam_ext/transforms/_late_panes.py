@@ -258,10 +258,14 @@ class _LateEngine:
             heapq.heappush(self._delays, (self._now + self._trigger.seconds, next(self._seq), *kw))  # type: ignore[union-attr]
             if self._prestage:
                 self._backend.prestage(key, window)
-        elif action == "late" and self._prestage and st.late_since_pane == 1 and \
-                isinstance(self._trigger, EveryNLateEvents):
-            # Event-driven firing: a late event announces the re-execution.
-            self._backend.prestage(key, window)
+        elif action == "late" and self._prestage and st.late_since_pane == 1:
+            if isinstance(self._trigger, EveryNLateEvents):
+                # Event-driven firing: a late event announces the re-execution.
+                self._backend.prestage(key, window)
+            else:
+                nxt = self._next.get(kw)
+                if nxt is not None and nxt <= self._watermark + self._lead(kw):
+                    self._backend.prestage(key, window)
 
     def _set_timer(self, kw: tuple[bytes, Window], t: float) -> None:
         self._next[kw] = t
@@ -312,12 +316,13 @@ class _LateEngine:
                 continue
             if not st.points or not st.points[0][1] and len(st.points) > 1:
                 continue
-            lead = self._step
-            stage = getattr(self._backend, "staging_seconds", None)
-            if stage is not None:
-                lead = max(lead, stage(key, window))
-            if t <= self._watermark + lead:
+            if t <= self._watermark + self._lead(kw):
                 self._backend.prestage(key, window)
+
+    def _lead(self, kw: tuple[bytes, Window]) -> float:
+        """How far ahead of a firing to pre-stage: one watermark step, or Δt if longer."""
+        stage = getattr(self._backend, "staging_seconds", None)
+        return max(self._step, stage(*kw) if stage is not None else 0.0)
 
     def advance_processing_time(self, now: float) -> None:
         self._now = max(self._now, now)
