@@ -124,6 +124,10 @@ class _StoreMachine(RuleBasedStateMachine):
         self.store.window(k, w).destage(keep)
 
     @rule(k=st.sampled_from(_KEYS), w=st.sampled_from(_WINDOWS))
+    def expire(self, k, w):
+        self.store.window(k, w).expire()
+
+    @rule(k=st.sampled_from(_KEYS), w=st.sampled_from(_WINDOWS))
     def prestage(self, k, w):
         self.store.window(k, w).prestage()
 

@@ -58,7 +58,7 @@ def _parse(db_key: bytes) -> tuple[bytes, tuple[float, float], int]:
 
 
 def _size(values: list[bytes]) -> int:
-    return sum(len(v) for v in values) + _VALUE_OVERHEAD * len(values)
+    return sum(map(len, values)) + _VALUE_OVERHEAD * len(values)
 
 
 @dataclass(eq=False)
@@ -81,9 +81,12 @@ class _Window:
     tail_bytes: int = 0
     mem: int = 0  # bytes of sealed blocks held in memory
     destaged: bool = False
+    expired: bool = False  # the watermark passed its end
     epoch: int = 0
     next_seq: int = 0
     readers: int = 0
+    live: bool = True  # False once purged
+    wanted: bool = False  # pre-staged for an upcoming re-execution
 
 
 @dataclass(order=True)
@@ -132,6 +135,16 @@ class SpillWindow:
         """
         return self._store._iter(self._win)
 
+    def expire(self) -> None:
+        """The watermark passed the window's end: destage it if memory is getting full.
+
+        Above ``destage_at_expiry_above`` of the budget the window is destaged
+        at once (Aion's standard policy when that fraction is 0); below, it
+        stays in memory until the global policy needs the room, past windows
+        first.
+        """
+        self._store._expire(self._win)
+
     def destage(self, keep_fraction: float = 0.0) -> None:
         """Move the window to the p-bucket, keeping its first ``keep_fraction`` of blocks."""
         self._store._destage(self._win, keep_fraction)
@@ -168,8 +181,10 @@ class SpillStore:
     ``m_bucket_bytes`` bounds one window's memory bucket (default: an eighth of
     the budget); ``block_bytes`` is the block size; ``bootstrap_fraction`` is
     what the global policy keeps in memory of a window it destages.
-    ``serialization_threads`` and ``sequential_io`` exist for the ablations of
-    Aion figure 8.
+    ``destage_at_expiry_above`` is the fraction of the budget in use above
+    which :meth:`SpillWindow.expire` destages at once (0: always, Aion's
+    standard policy). ``serialization_threads`` and ``sequential_io`` exist
+    for the ablations of Aion figure 8.
     """
 
     def __init__(
@@ -182,6 +197,7 @@ class SpillStore:
         bootstrap_fraction: float = 0.1,
         serialization_threads: int = 2,
         sequential_io: bool = True,
+        destage_at_expiry_above: float = 0.5,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
@@ -193,6 +209,9 @@ class SpillStore:
             raise ValueError(f"bootstrap_fraction must be in [0, 1], got {bootstrap_fraction}")
         if serialization_threads < 1:
             raise ValueError(f"serialization_threads must be >= 1, got {serialization_threads}")
+        if not 0.0 <= destage_at_expiry_above <= 1.0:
+            raise ValueError(
+                f"destage_at_expiry_above must be in [0, 1], got {destage_at_expiry_above}")
         if m_bucket_bytes is not None and m_bucket_bytes < 0:
             raise ValueError(f"m_bucket_bytes must be >= 0, got {m_bucket_bytes}")
         self._path = os.fspath(path)
@@ -200,6 +219,7 @@ class SpillStore:
         self._m_bucket = int(m_bucket_bytes if m_bucket_bytes is not None else self._budget // 8)
         self._block_bytes = int(block_bytes)
         self._bootstrap = float(bootstrap_fraction)
+        self._expiry_threshold = float(destage_at_expiry_above) * self._budget
         self._lock = threading.Condition(threading.RLock())
         self._txn_lock = threading.Lock()
         self._windows: dict[tuple[bytes, float, float], _Window] = {}
@@ -304,10 +324,11 @@ class SpillStore:
     def _add(self, win: _Window, values: list[bytes]) -> None:
         if not isinstance(values, list):
             raise TypeError(f"values must be a list of bytes, got {type(values).__name__}")
-        for i, v in enumerate(values):
-            if not isinstance(v, bytes):
-                raise TypeError(f"values[{i}] must be bytes, got {type(v).__name__}")
-        self._raise_if_failed()
+        if not all(type(v) is bytes for v in values):
+            i = next(i for i, v in enumerate(values) if not isinstance(v, bytes))
+            raise TypeError(f"values[{i}] must be bytes, got {type(values[i]).__name__}")
+        if self._error is not None:
+            self._raise_if_failed()
         with self._lock:
             self._check_live(win)
             n = _size(values)
@@ -318,7 +339,8 @@ class SpillStore:
                 block = self._seal_tail(win)
                 # Standard policy: past windows and full m-buckets write to the p-bucket.
                 if win.destaged or win.mem > self._m_bucket:
-                    block.evict = True
+                    # A pre-staged window keeps its new blocks: it is about to be read.
+                    block.evict = not win.wanted
                     self._submit(_LATE_WRITE, "write", win, [block])
             over = self._mem > self._budget
         if over:
@@ -331,6 +353,14 @@ class SpillStore:
         win.mem += block.nbytes
         win.tail, win.tail_bytes = [], 0
         return block
+
+    def _expire(self, win: _Window) -> None:
+        self._raise_if_failed()
+        with self._lock:
+            self._check_live(win)
+            win.expired = True
+            if self._mem >= self._expiry_threshold:
+                self._destage(win, 0.0)
 
     def _destage(self, win: _Window, keep_fraction: float) -> None:
         if not 0.0 <= keep_fraction <= 1.0:
@@ -358,6 +388,9 @@ class SpillStore:
         self._raise_if_failed()
         with self._lock:
             self._check_live(win)
+            win.wanted = True
+            for b in win.blocks:
+                b.evict = False  # including blocks still being written by a destage
             self._request_staging(win)
 
     def _request_staging(self, win: _Window) -> None:
@@ -379,7 +412,7 @@ class SpillStore:
             win.blocks, win.tail, win.tail_bytes, win.mem = [], [], 0, 0
             win.epoch += 1  # queued writes of the old epoch are skipped
             win.next_seq = 0
-            win.destaged = False
+            win.destaged = win.expired = win.live = False
             del self._windows[(win.key, *win.window)]
             done = threading.Event()
             self._submit(_PURGE, "delete", win, [], done)
@@ -391,14 +424,20 @@ class SpillStore:
         with self._lock:
             target = self._budget * 0.8
             in_flight = 0
-            for win in sorted(self._windows.values(), key=self._releasable, reverse=True):
-                before = self._releasable(win)
-                if self._mem - in_flight <= target or before == 0:
-                    break
-                if win.readers:
-                    continue
-                self._destage(win, self._bootstrap)
-                in_flight += before - self._releasable(win)
+            # Past windows first, then largest first.
+            order = sorted(self._windows.values(),
+                           key=lambda w: (w.expired, self._releasable(w)), reverse=True)
+            # Moderately scarce: keep a bootstrap fraction; if that is not
+            # enough, destage everything (Aion's two global policies).
+            for keep in (self._bootstrap, 0.0):
+                for win in order:
+                    if self._mem - in_flight <= target:
+                        break
+                    before = self._releasable(win)
+                    if before == 0 or win.readers or win.wanted:
+                        continue  # pre-staged data is about to be read
+                    self._destage(win, keep)
+                    in_flight += before - self._releasable(win)
             # Back-pressure: if the I/O thread is far behind, wait for it.
             backlog = self._mem > 2 * self._budget and self._pending_ops > 0
         if backlog:
@@ -456,6 +495,7 @@ class SpillStore:
         finally:
             with self._lock:
                 win.readers -= 1
+                win.wanted = False
                 if win.destaged and not win.readers and win.epoch == epoch:
                     # Aion frees a past window's m-bucket after its re-execution.
                     for b in win.blocks:
@@ -617,7 +657,7 @@ class SpillStore:
     def _check_live(self, win: _Window) -> None:
         if self._closed:
             raise SpillStoreError(f"spill store at {self._path!r} is closed")
-        if self._windows.get((win.key, *win.window)) is not win:
+        if not win.live:
             raise SpillStoreError(
                 f"window {win.window} of key {win.key!r} was purged; get a new handle "
                 "with store.window()")

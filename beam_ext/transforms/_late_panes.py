@@ -141,6 +141,14 @@ def on_delay(st: _PaneState) -> PaneInfo | None:
     return _late_pane(st, is_last=False)
 
 
+def _next_firing(st: _PaneState, window: tuple[float, float]) -> float | None:
+    """Event time of the next point that may fire a pane (skipping observation ticks)."""
+    for offset, fires in st.points:
+        if fires:
+            return window[1] + offset
+    return None
+
+
 # --------------------------------------------------------------------------- engine
 
 Window = tuple[float, float]
@@ -162,6 +170,9 @@ class _MemoryBackend:
     def expire(self, key: bytes, window: Window) -> None:
         pass
 
+    def flush(self) -> None:
+        pass
+
     def prestage(self, key: bytes, window: Window) -> None:
         pass
 
@@ -173,26 +184,49 @@ class _MemoryBackend:
 
 
 class _SpillBackend:
-    """Window values in a :class:`~beam_ext.state.SpillStore` (Aion's standard policy)."""
+    """Window values in a :class:`~beam_ext.state.SpillStore` (Aion's standard policy).
+
+    Appends are batched per window (``_BATCH`` values) before they reach the
+    store, which takes a lock per call; every other operation on a window
+    flushes its batch first, so the store always sees values in order.
+    """
+
+    _BATCH = 64
 
     def __init__(self, store: Any) -> None:
         self.store = store
         self._handles: dict[tuple[bytes, Window], Any] = {}
+        self._pending: dict[tuple[bytes, Window], list[bytes]] = {}
 
     def _w(self, key: bytes, window: Window) -> Any:
-        h = self._handles.get((key, window))
+        kw = (key, window)
+        h = self._handles.get(kw)
         if h is None:
-            h = self._handles[(key, window)] = self.store.window(key, window)
+            h = self._handles[kw] = self.store.window(key, window)
+        pending = self._pending.pop(kw, None)
+        if pending:
+            h.add(pending)
         return h
 
     def add(self, key: bytes, window: Window, value: bytes) -> None:
-        self._w(key, window).add([value])
+        kw = (key, window)
+        pending = self._pending.get(kw)
+        if pending is None:
+            self._pending[kw] = [value]
+        else:
+            pending.append(value)
+            if len(pending) >= self._BATCH:
+                self._w(key, window)
+
+    def flush(self) -> None:
+        for kw in list(self._pending):
+            self._w(*kw)
 
     def read(self, key: bytes, window: Window) -> list[bytes]:
         return list(self._w(key, window).iter())
 
     def expire(self, key: bytes, window: Window) -> None:
-        self._w(key, window).destage()
+        self._w(key, window).expire()
 
     def prestage(self, key: bytes, window: Window) -> None:
         self._w(key, window).prestage()
@@ -205,6 +239,7 @@ class _SpillBackend:
         del self._handles[(key, window)]
 
     def close(self) -> None:
+        self.flush()
         self.store.close()
 
 
@@ -263,7 +298,7 @@ class _LateEngine:
                 # Event-driven firing: a late event announces the re-execution.
                 self._backend.prestage(key, window)
             else:
-                nxt = self._next.get(kw)
+                nxt = _next_firing(st, window)
                 if nxt is not None and nxt <= self._watermark + self._lead(kw):
                     self._backend.prestage(key, window)
 
@@ -280,6 +315,7 @@ class _LateEngine:
         if self._watermark != float("-inf") and watermark != float("inf"):
             self._step = watermark - self._watermark
         self._watermark = watermark
+        self._backend.flush()  # batched appends reach the store once per watermark step
         self._fire_due()
         if self._prestage and hasattr(self._trigger, "late_firing_offsets"):
             self._prestage_upcoming()
@@ -314,15 +350,19 @@ class _LateEngine:
             st = self._states[kw]
             if self._next.get(kw) != t or not st.on_time_fired or st.late_since_pane == 0:
                 continue
-            if not st.points or not st.points[0][1] and len(st.points) > 1:
-                continue
-            if t <= self._watermark + self._lead(kw):
+            nxt = _next_firing(st, window)
+            if nxt is not None and nxt <= self._watermark + self._lead(kw):
                 self._backend.prestage(key, window)
 
     def _lead(self, kw: tuple[bytes, Window]) -> float:
-        """How far ahead of a firing to pre-stage: one watermark step, or Δt if longer."""
+        """How far ahead of a firing to pre-stage: two watermark steps, or Δt if longer.
+
+        Two steps, not one: the I/O thread shares the interpreter with the
+        pipeline, so a window pre-staged one step ahead is sometimes still
+        being staged when it fires.
+        """
         stage = getattr(self._backend, "staging_seconds", None)
-        return max(self._step, stage(*kw) if stage is not None else 0.0)
+        return max(2 * self._step, stage(*kw) if stage is not None else 0.0)
 
     def advance_processing_time(self, now: float) -> None:
         self._now = max(self._now, now)
