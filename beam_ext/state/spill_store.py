@@ -28,14 +28,18 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import lmdb
+import pyarrow as pa
 
-from beam_ext.state._arrow_blocks import decode_values, encode_values
+from beam_ext.state._arrow_blocks import decode_batch, encode_values
 
 __all__ = ["SpillStore", "SpillWindow", "SpillStoreError"]
 
 _PRESTAGE, _PURGE, _LATE_WRITE, _DESTAGE, _STOP = 0, 0, 1, 2, 9
 _VALUE_OVERHEAD = 8  # rough per-value cost of the list slot, so tiny values still count
 _INITIAL_MAP_SIZE = 64 << 20
+# Arrow's default allocator (mimalloc/jemalloc) keeps freed pages; blocks come
+# and go all the time here, so the system allocator keeps RSS near the budget.
+_POOL = pa.system_memory_pool()
 _WINDOW = struct.Struct(">dd")
 _SEQ = struct.Struct(">Q")
 _KEYLEN = struct.Struct(">H")
@@ -57,14 +61,23 @@ def _parse(db_key: bytes) -> tuple[bytes, tuple[float, float], int]:
     return key, (start, end), seq
 
 
-def _size(values: list[bytes]) -> int:
+def _size(values: "list[bytes] | pa.Array") -> int:
+    if isinstance(values, pa.Array):
+        return values.nbytes + _VALUE_OVERHEAD * len(values)
     return sum(map(len, values)) + _VALUE_OVERHEAD * len(values)
+
+
+def _decode(data: bytes) -> pa.Array:
+    # Staged blocks stay Arrow arrays until read: converting to Python bytes
+    # on the serialisation threads would spread them over per-thread malloc
+    # arenas that never shrink.
+    return decode_batch(data, _POOL).column(0)
 
 
 @dataclass(eq=False)
 class _Block:
     seq: int
-    values: list[bytes] | None  # None: only in LMDB
+    values: "list[bytes] | pa.Array | None"  # None: only in LMDB; an Arrow array once staged
     nbytes: int
     persisted: bool = False
     evict: bool = False  # drop from memory once persisted
@@ -228,6 +241,7 @@ class SpillStore:
         self._closed = False
         self._order = itertools.count()
         self._pending_ops = 0
+        self._last_policy_mem = 0
         self._stage_per_block = 0.0  # EWMA of seconds to stage one block
         # A re-execution is an iteration of a destaged (past) window; Aion's
         # proactive caching aims to serve those from memory.
@@ -235,6 +249,11 @@ class SpillStore:
                       "reexecutions": 0, "reexecutions_from_memory": 0,
                       "blocks_written": 0, "blocks_staged": 0, "serialize_seconds": 0.0}
         os.makedirs(self._path, exist_ok=True)
+        # Arrow's default allocator (mimalloc) keeps the pages of freed blocks
+        # and IPC compression buffers, holding RSS far above the budget; the
+        # system allocator gives them back. This is process-wide.
+        if pa.default_memory_pool().backend_name != "system":
+            pa.set_memory_pool(pa.system_memory_pool())
         try:
             self._env = lmdb.open(self._path, map_size=_INITIAL_MAP_SIZE, subdir=True,
                                   sync=False, metasync=False, max_dbs=0, lock=True)
@@ -342,7 +361,11 @@ class SpillStore:
                     # A pre-staged window keeps its new blocks: it is about to be read.
                     block.evict = not win.wanted
                     self._submit(_LATE_WRITE, "write", win, [block])
-            over = self._mem > self._budget
+            # Re-plan only when memory grew by another block since the last
+            # plan or the I/O thread is idle: the previous plan's destages
+            # are still being written otherwise.
+            over = self._mem > self._budget and (
+                self._pending_ops == 0 or self._mem > self._last_policy_mem + self._block_bytes)
         if over:
             self._global_policy()
 
@@ -422,11 +445,13 @@ class SpillStore:
     def _global_policy(self) -> None:
         """Destage windows largest-first down to their bootstrap fraction."""
         with self._lock:
+            self._last_policy_mem = self._mem
             target = self._budget * 0.8
             in_flight = 0
-            # Past windows first, then largest first.
-            order = sorted(self._windows.values(),
-                           key=lambda w: (w.expired, self._releasable(w)), reverse=True)
+            # Past windows first, then largest first (memory held is an upper
+            # bound of what a destage releases; cheap to sort by).
+            order = sorted((w for w in self._windows.values() if w.mem + w.tail_bytes),
+                           key=lambda w: (w.expired, w.mem + w.tail_bytes), reverse=True)
             # Moderately scarce: keep a bootstrap fraction; if that is not
             # enough, destage everything (Aion's two global policies).
             for keep in (self._bootstrap, 0.0):
@@ -490,6 +515,8 @@ class SpillStore:
                     self._raise_if_failed()
                     if values is None:
                         raise SpillStoreError("window was purged while being iterated")
+                if isinstance(values, pa.Array):
+                    values = values.to_pylist()
                 yield from values
             yield from tail
         finally:
@@ -547,7 +574,7 @@ class SpillStore:
                 return
             todo = [(b, b.values) for b in op.blocks if not b.persisted and b.values is not None]
         t0 = time.perf_counter()
-        encoded = list(self._codec_pool.map(lambda bv: encode_values(bv[1]), todo))
+        encoded = list(self._codec_pool.map(lambda bv: encode_values(bv[1], _POOL), todo))
         self.stats["serialize_seconds"] += time.perf_counter() - t0
         for (b, _), data in zip(todo, encoded):
             # One transaction per block: a crash keeps whole blocks only. The
@@ -568,7 +595,7 @@ class SpillStore:
         t0 = time.perf_counter()
         keys = [op.win.prefix + _SEQ.pack(b.seq) for b in op.blocks]
         raw = self._get_many(keys)
-        decoded = list(self._codec_pool.map(decode_values, raw))
+        decoded = list(self._codec_pool.map(_decode, raw))
         elapsed = time.perf_counter() - t0
         with self._lock:
             if self._stale(op):
