@@ -445,7 +445,6 @@ class SpillStore:
     def _global_policy(self) -> None:
         """Destage windows largest-first down to their bootstrap fraction."""
         with self._lock:
-            self._last_policy_mem = self._mem
             target = self._budget * 0.8
             in_flight = 0
             # Past windows first, then largest first (memory held is an upper
@@ -463,6 +462,8 @@ class SpillStore:
                         continue  # pre-staged data is about to be read
                     self._destage(win, keep)
                     in_flight += before - self._releasable(win)
+            # What memory will be once the planned destages are written.
+            self._last_policy_mem = self._mem - in_flight
             # Back-pressure: if the I/O thread is far behind, wait for it.
             backlog = self._mem > 2 * self._budget and self._pending_ops > 0
         if backlog:
