@@ -153,7 +153,7 @@ def run_config(config: Config, workdir: str | None = None) -> Result:
     size, payload = WORKLOADS[config.workload]
     rng = np.random.default_rng(config.seed)
     lateness = config.past_windows * size
-    steps = config.past_windows + 8
+    steps = max(config.past_windows + 8, 40)  # long enough to time at small lateness
     own_dir = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix="bench-lateness-")
     store = None

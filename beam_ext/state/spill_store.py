@@ -501,9 +501,11 @@ class SpillStore:
             if not from_memory:
                 self._request_staging(win)
             win.readers += 1
-        return self._generate(win, blocks, tail)
+        # Chunks are whole blocks; chaining them in C keeps per-value cost low.
+        return itertools.chain.from_iterable(self._chunks(win, blocks, tail))
 
-    def _generate(self, win: _Window, blocks: list[_Block], tail: list[bytes]) -> Iterator[bytes]:
+    def _chunks(self, win: _Window, blocks: list[_Block],
+                tail: list[bytes]) -> Iterator[list[bytes]]:
         epoch = win.epoch
         try:
             for b in blocks:
@@ -518,8 +520,8 @@ class SpillStore:
                         raise SpillStoreError("window was purged while being iterated")
                 if isinstance(values, pa.Array):
                     values = values.to_pylist()
-                yield from values
-            yield from tail
+                yield values
+            yield tail
         finally:
             with self._lock:
                 win.readers -= 1
