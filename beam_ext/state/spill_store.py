@@ -260,6 +260,7 @@ class SpillStore:
             self._load_index()
         except lmdb.Error as e:
             raise SpillStoreError(f"cannot open spill store at {self._path!r}: {e}") from e
+        self._serde_threads = serialization_threads
         self._codec_pool = concurrent.futures.ThreadPoolExecutor(
             serialization_threads, thread_name_prefix="spill-serde")
         self._queue: queue.PriorityQueue[_Op] = queue.PriorityQueue()
@@ -576,6 +577,24 @@ class SpillStore:
             if self._stale(op):
                 return
             todo = [(b, b.values) for b in op.blocks if not b.persisted and b.values is not None]
+        step = self._serde_threads
+        for i in range(0, len(todo), step):
+            if i and self._more_urgent(op):
+                # Aion: a destage is interrupted by staging requests.
+                with self._lock:
+                    self._pending_ops += 1
+                self._queue.put(_Op(op.priority, next(self._order), "write", op.win, op.epoch,
+                                    [b for b, _ in todo[i:]]))
+                return
+            if not self._write_blocks(op, todo[i:i + step]):
+                return
+
+    def _more_urgent(self, op: _Op) -> bool:
+        with self._queue.mutex:
+            heap = self._queue.queue
+            return bool(heap) and heap[0].priority < op.priority
+
+    def _write_blocks(self, op: _Op, todo: list) -> bool:
         t0 = time.perf_counter()
         encoded = list(self._codec_pool.map(lambda bv: encode_values(bv[1], _POOL), todo))
         self.stats["serialize_seconds"] += time.perf_counter() - t0
@@ -586,13 +605,14 @@ class SpillStore:
             with self._txn_lock:
                 with self._lock:
                     if self._stale(op):
-                        return
+                        return False
                 self._with_resize(lambda txn: txn.put(op.win.prefix + _SEQ.pack(b.seq), data))
             with self._lock:
                 b.persisted = True
                 self.stats["blocks_written"] += 1
                 if b.evict and not op.win.readers:
                     self._drop(op.win, b)
+        return True
 
     def _do_stage(self, op: _Op) -> None:
         t0 = time.perf_counter()
