@@ -310,7 +310,10 @@ def _write_report(results: list[Result], args: argparse.Namespace, out_dir: str)
         "",
         f"Setup: {args.events} events per watermark step, {args.keys} keys, payload "
         f"{WORKLOADS['average'][1]} B, spill budget {_mb(args.budget):.0f} MiB, "
-        "past windows + 8 steps per configuration, each configuration in its own process. "
+        "max(past windows + 8, 40) watermark steps per configuration, each configuration in "
+        "its own process. Events are processed as fast as possible (no real-time pacing), so "
+        "one watermark step of 2000 events lasts tens of milliseconds, where Aion's lasted "
+        "20-30 s; staging has correspondingly less time to finish. "
         "`average` windows are 20 s, `bigrams` 30 s; timestamps `now - windowIndex * "
         "windowDuration`, windowIndex ~ lognormal(0, 1). Late panes at 1, 2, 4, ... windows "
         "after the end. RSS includes the interpreter with Beam imported (~the first column "
@@ -335,10 +338,18 @@ def _write_report(results: list[Result], args: argparse.Namespace, out_dir: str)
         rss_ratio = s_hi.peak_rss_anon / s_lo.peak_rss_anon
         mem_ratio = m_hi.peak_rss_anon / m_lo.peak_rss_anon
         thr = s_lo.events_per_s / m_lo.events_per_s
+        mid = [p for p in ps if p >= 10]
+        plateau = ""
+        if mid and mid[0] != hi and pick("spill", mid[0]):
+            s_mid = pick("spill", mid[0])
+            plateau = (f" From {mid[0]} to {hi} past windows the spill path grows "
+                       f"{s_hi.peak_rss_anon / s_mid.peak_rss_anon:.2f}x, the baseline "
+                       f"{m_hi.peak_rss_anon / pick('memory', mid[0]).peak_rss_anon:.2f}x.")
         lines += [
             f"- **{workload}**: spill peak RssAnon {hi} vs {lo} past windows: "
             f"**{rss_ratio:.2f}x** (target <= 1.2x; in-memory baseline {mem_ratio:.2f}x, "
-            f"{_mb(m_hi.peak_rss_anon):.0f} vs {_mb(s_hi.peak_rss_anon):.0f} MiB at {hi}).",
+            f"{_mb(m_hi.peak_rss_anon):.0f} vs {_mb(s_hi.peak_rss_anon):.0f} MiB at {hi})."
+            + plateau,
             f"- **{workload}**: throughput spill / memory at {lo} past window(s), everything "
             f"in memory: **{thr:.2f}** (target >= 0.90).",
         ]
@@ -349,6 +360,23 @@ def _write_report(results: list[Result], args: argparse.Namespace, out_dir: str)
         lines.append(f"- re-executions served from pre-staged memory (all spill runs): "
                      f"**{100 * re_mem / re_all:.1f}%** of {re_all} (target >= 95%).")
     lines += [
+        "",
+        "## Reading the numbers",
+        "",
+        "- Memory: the spill path's RssAnon stops growing once the store reaches its budget "
+        "(from about 10 past windows on) while the in-memory baseline keeps growing; but the "
+        "plateau sits well above the 1-past-window run, which never spills: besides the 8 MiB "
+        "budget, a spilling process holds blocks in flight to and from LMDB, pre-staged "
+        "windows (exempt from the budget until read), decoded copies during re-executions "
+        "and allocator slack. So the 1.2x target is missed at this scale; against a budget "
+        "sized for real state (hundreds of MiB) this fixed overhead matters less.",
+        "- Throughput: with everything in memory the spill path pays for the store's "
+        "bookkeeping (locks, block lists, lazy iteration) on every value; the cheap `average` "
+        "window function exposes it, the expensive `bigrams` one hides it. When spilling, "
+        "re-executions decode their window from Arrow blocks each time.",
+        "- Pre-staging: misses are re-executions whose staging was requested but not finished "
+        "when the pane fired; with no real-time pacing the I/O thread competes with the "
+        "pipeline thread for the interpreter.",
         "",
         "## Aion's figures beside ours",
         "",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 _PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks", "lateness.py")
 
@@ -10,6 +11,7 @@ _PATH = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks", "
 def _bench():
     spec = importlib.util.spec_from_file_location("bench_lateness", _PATH)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_lateness"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 

@@ -1,5 +1,6 @@
 """Window state that outgrows memory: spill store, event reservoir, cleanup."""
 # Lateness spill: window state in a bounded memory bucket plus LMDB (Aion).
+from beam_ext.state.spill_bag_state import SpillBagStateServicer
 from beam_ext.state.spill_store import SpillStore, SpillStoreError, SpillWindow
 
-__all__ = ["SpillStore", "SpillStoreError", "SpillWindow"]
+__all__ = ["SpillBagStateServicer", "SpillStore", "SpillStoreError", "SpillWindow"]

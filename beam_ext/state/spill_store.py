@@ -166,6 +166,10 @@ class SpillWindow:
         """Ask the I/O thread to bring the p-bucket back into memory (asynchronous)."""
         self._store._prestage(self._win)
 
+    def release(self) -> None:
+        """Free pre-staged blocks of a past window whose planned re-execution did not happen."""
+        self._store._release(self._win)
+
     def purge(self) -> None:
         """Delete the window from memory and LMDB; blocks until deleted."""
         self._store._purge(self._win)
@@ -416,6 +420,16 @@ class SpillStore:
             for b in win.blocks:
                 b.evict = False  # including blocks still being written by a destage
             self._request_staging(win)
+
+    def _release(self, win: _Window) -> None:
+        with self._lock:
+            self._check_live(win)
+            win.wanted = False
+            if win.destaged and not win.readers:
+                for b in win.blocks:
+                    b.evict = True
+                    if b.persisted:
+                        self._drop(win, b)
 
     def _request_staging(self, win: _Window) -> None:
         missing = [b for b in win.blocks if b.values is None and not b.staging]

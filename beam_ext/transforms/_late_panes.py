@@ -176,6 +176,9 @@ class _MemoryBackend:
     def prestage(self, key: bytes, window: Window) -> None:
         pass
 
+    def release(self, key: bytes, window: Window) -> None:
+        pass
+
     def purge(self, key: bytes, window: Window) -> None:
         self._data.pop((key, window), None)
 
@@ -230,6 +233,9 @@ class _SpillBackend:
 
     def prestage(self, key: bytes, window: Window) -> None:
         self._w(key, window).prestage()
+
+    def release(self, key: bytes, window: Window) -> None:
+        self._w(key, window).release()
 
     def staging_seconds(self, key: bytes, window: Window) -> float:
         return self._w(key, window).staging_seconds()
@@ -334,9 +340,13 @@ class _LateEngine:
                 self._fire(kw, pane)
                 self._backend.expire(key, window)
             else:
+                fires = bool(st.points) and st.points[0][1]
                 pane, nxt = on_point(st, self._cleanup, self._trigger)
                 if pane is not None:
                     self._fire(kw, pane)
+                elif fires and nxt is not None:
+                    # Pre-staged for a firing that found no late data.
+                    self._backend.release(key, window)
             if nxt is None:
                 self._backend.purge(key, window)
             else:
@@ -348,7 +358,10 @@ class _LateEngine:
         for t, _, key, window in self._timers:
             kw = (key, window)
             st = self._states[kw]
-            if self._next.get(kw) != t or not st.on_time_fired or st.late_since_pane == 0:
+            # Aion's periodic case: stage ahead of every planned re-execution,
+            # whether or not late data has arrived yet (it often arrives just
+            # before the firing, too late to stage then).
+            if self._next.get(kw) != t or not st.on_time_fired or st.purged:
                 continue
             nxt = _next_firing(st, window)
             if nxt is not None and nxt <= self._watermark + self._lead(kw):
