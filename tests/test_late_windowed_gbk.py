@@ -130,7 +130,7 @@ def test_scheduled_trigger_on_direct_runner():
     _run_direct(FIXED, "offsets", [5.0, 20.0], 30.0, expected)
 
 
-@pytest.mark.parametrize("kind,arg", [("every", 2), ("offsets", [3.0, 15.0])])
+@pytest.mark.parametrize("kind,arg", [("offsets", [3.0, 15.0])])
 def test_random_transcripts_on_direct_runner(kind, arg):
     transcript = _transcript(random.Random(7), 30)
     _run_direct(transcript, kind, arg, 25.0, model_panes(transcript, SIZE, kind, arg, 25.0))
