@@ -45,3 +45,16 @@ from beam_ext.watermark import (  # noqa: E402
 )
 
 __all__ += ["FirmBound", "LocalAgent", "PunctuationTracker", "TrackerAuthError", "TrackerService", "new_token"]
+
+# Lateness spill: past windows kept open for late data, state spilled to LMDB (Aion).
+from beam_ext.state import SpillStore, SpillStoreError, SpillWindow  # noqa: E402
+from beam_ext.transforms import (  # noqa: E402
+    AfterLateDelay,
+    CleanupPolicy,
+    EveryNLateEvents,
+    FixedLateness,
+    LateWindowedGroupByKey,
+)
+
+__all__ += ["SpillStore", "SpillStoreError", "SpillWindow", "AfterLateDelay", "CleanupPolicy",
+            "EveryNLateEvents", "FixedLateness", "LateWindowedGroupByKey"]

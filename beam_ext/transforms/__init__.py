@@ -25,3 +25,15 @@ from beam_ext.transforms.sampling import (
 )
 
 __all__ += ["ApproximateResult", "ApproximateWindowAggregate", "OnlineSampler", "SamplerConfig"]
+
+# Lateness spill: GroupByKey whose past windows stay open for late data (Aion).
+from beam_ext.transforms.late_triggers import (
+    AfterLateDelay,
+    CleanupPolicy,
+    EveryNLateEvents,
+    FixedLateness,
+)
+from beam_ext.transforms.late_windowed_gbk import LateWindowedGroupByKey
+
+__all__ += ["AfterLateDelay", "CleanupPolicy", "EveryNLateEvents", "FixedLateness",
+           "LateWindowedGroupByKey"]
