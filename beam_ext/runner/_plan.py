@@ -157,11 +157,12 @@ def _check_supported(proto: beam_runner_api_pb2.Pipeline, native_urns: frozenset
 
 def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   partitions: int, state_backend: str = "memory",
-                  state_memory_bytes: int = 256 << 20) -> Plan:
+                  state_memory_bytes: int = 256 << 20, is_drain: bool = False) -> Plan:
     native_urns = _substitute_natives(proto)
     _check_supported(proto, native_urns)
     context, stages = translations.create_and_optimize_stages(
-        proto, phases=_phases(), known_runner_urns=_RUNNER_URNS | native_urns)
+        proto, phases=_phases(), known_runner_urns=_RUNNER_URNS | native_urns,
+        is_drain=is_drain)
     planner = _Planner(context, native_urns, bundle_bytes, partitions)
     planner.state = (state_backend, state_memory_bytes)
     return planner.plan(stages)

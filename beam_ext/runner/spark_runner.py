@@ -10,10 +10,10 @@ from apache_beam.runners import runner
 from apache_beam.runners.pipeline_utils import (
     group_by_key_input_visitor, merge_common_environments,
     merge_superset_dep_environments, validate_pipeline_graph)
-from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiMetrics
 from apache_beam.transforms import environments
 
 from beam_ext.runner._execute import PlanExecution
+from beam_ext.runner._metrics import SparkMetrics
 from beam_ext.runner._plan import plan_pipeline
 from beam_ext.runner._test_stream import TestStreamAsBoundedSource
 from beam_ext.runner.options import SparkRunnerOptions
@@ -39,11 +39,11 @@ class SparkPipelineResult(runner.PipelineResult):
     def cancel(self):
         raise NotImplementedError("batch pipelines run to completion in run()")
 
-    def metrics(self) -> FnApiMetrics:
-        return FnApiMetrics(self._monitoring, user_metrics_only=True)
+    def metrics(self) -> SparkMetrics:
+        return SparkMetrics(self._monitoring, user_metrics_only=True)
 
-    def monitoring_metrics(self) -> FnApiMetrics:
-        return FnApiMetrics(self._monitoring, user_metrics_only=False)
+    def monitoring_metrics(self) -> SparkMetrics:
+        return SparkMetrics(self._monitoring, user_metrics_only=False)
 
 
 class SparkRunner(runner.PipelineRunner):
@@ -66,6 +66,12 @@ class SparkRunner(runner.PipelineRunner):
 
     Or unchanged code: ``--runner=beam_ext.runner.SparkRunner``.
     """
+
+    def __init__(self, is_drain: bool = False) -> None:
+        """``is_drain``: truncate SDF restrictions as when draining a streaming
+        job (Beam's FnApiRunner offers the same switch, used by Beam's tests)."""
+        super().__init__()
+        self._is_drain = is_drain
 
     def run_pipeline(self, pipeline, options: pipeline_options.PipelineOptions):
         spark_options = options.view_as(SparkRunnerOptions)
@@ -92,7 +98,8 @@ class SparkRunner(runner.PipelineRunner):
         spark = get_or_create_session(spark_options, job_name)
         parallelism = spark_options.spark_parallelism or spark.sparkContext.defaultParallelism
         plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism,
-                             spark_options.spark_state_backend, spark_options.spark_state_memory)
+                             spark_options.spark_state_backend, spark_options.spark_state_memory,
+                             is_drain=self._is_drain)
         _LOG.info("Running %d stages on Spark (%s, parallelism %d)", len(plan.stages),
                   spark.sparkContext.master, parallelism)
         start = time.monotonic()

@@ -27,7 +27,7 @@ _NOT_APPLICABLE: dict[str, str] = {
 
 class SparkRunnerFnApiSuite(fn_runner_test.FnApiRunnerTest):
     def create_pipeline(self, is_drain=False):
-        return beam.Pipeline(runner=SparkRunner())
+        return beam.Pipeline(runner=SparkRunner(is_drain=is_drain))
 
     def setUp(self):
         reason = _NOT_APPLICABLE.get(self._testMethodName)
