@@ -296,7 +296,7 @@ def test_no_neoss_while_in_flight_upstream(rr_service, seed, n_elements):
                         violations.append((p, s, bad))
 
     emitted = 0
-    while emitted < n_elements or in_flight or unpromised:
+    while in_flight or unpromised:  # emitting stops once every (source, substream) is promised
         r = rng.random()
         if r < 0.3 and emitted < n_elements:
             src = rng.choice(["src/0", "src/1"])
@@ -315,6 +315,7 @@ def test_no_neoss_while_in_flight_upstream(rr_service, seed, n_elements):
                 in_flight.append((s, d, t2))
             ag[q].received(s, tok)
         elif r < 0.7 and unpromised and (emitted >= n_elements or rng.random() < 0.3):
+            # Once everything is promised no more elements can be emitted: the loop ends.
             src, s = rng.choice(sorted(unpromised, key=str))
             unpromised.discard((src, s))
             ag[src].promise(s)
