@@ -36,6 +36,7 @@ setup(
             "mock",
             "tenacity",
         ],
-        "bench": ["matplotlib>=3.8"],
+        # pandas: PySpark requires it for mapInArrow (benchmarks/sliding.py).
+        "bench": ["matplotlib>=3.8", "pandas>=2.2"],
     },
 )

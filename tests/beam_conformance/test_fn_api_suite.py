@@ -12,7 +12,17 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner_test
 
 from beam_ext.runner import SparkRunner
 
-_NOT_APPLICABLE: dict[str, str] = {}
+_BEAM_35168 = ("Beam skips this on its FnApiRunner and Spark runner too (apache/beam#35168): "
+               "the expected output needs the watermark to advance between elements, "
+               "a streaming semantic")
+_NOT_APPLICABLE: dict[str, str] = {
+    "test_pardo_et_timer_with_no_firing": _BEAM_35168,
+    "test_pardo_et_timer_with_no_reset": _BEAM_35168,
+    "test_pardo_et_timer_with_no_reset_and_no_clear": _BEAM_35168,
+    "test_batch_rebatch_pardos": (
+        "checks that the SDK warns (InefficientExecutionWarning) while processing; on Spark "
+        "the warning is raised in the executor process, not in the test's process"),
+}
 
 
 class SparkRunnerFnApiSuite(fn_runner_test.FnApiRunnerTest):
