@@ -116,7 +116,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def _ratio(rows, sweep, n, p, g, a, b, field="messages"):
+def _ratio(rows, sweep, n, p, g, a, b, field="per_100"):
+    # Per 100 input elements: mechanisms may run different numbers of elements.
     pick = {r.mechanism: getattr(r, field) for r in rows if (r.sweep, r.stages, r.parallelism, r.granularity) == (sweep, n, p, g)}
     return pick[a] / pick[b] if pick.get(b) else float("nan")
 

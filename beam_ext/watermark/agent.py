@@ -288,9 +288,10 @@ class LocalAgent:
         fresh = []
         with self._cond:
             for key in ended:
+                # Acknowledge repeats too: a restarted service resends what it lost the ack of.
+                self._pending_acks.append(key)
                 if key not in self._delivered:
                     self._delivered.add(key)
-                    self._pending_acks.append(key)
                     fresh.append(key)
             callbacks = list(self._callbacks)
             self._cond.notify_all()
