@@ -57,9 +57,15 @@ def _rekeyed_chunks(index: int, blobs) -> Iterator:
         yield index, b"".join(out)
 
 
-def _elements(splitter: ElementSplitter, index: int, chunk: bytes) -> Iterator:
-    for wv in splitter.elements(chunk):
-        yield index, splitter.encode(wv)
+def _round_robin(splitter: ElementSplitter, index: int, partitions: int, source: int,
+                 chunks) -> Iterator:
+    # Explicit targets: PySpark's repartition() moves pickled batches of
+    # elements, which would keep a handful of SDF restrictions together.
+    target = source
+    for chunk in chunks:
+        for wv in splitter.elements(chunk):
+            yield target % partitions, (index, splitter.encode(wv))
+            target += 1
 
 
 def _stage_task(spec, broadcast, records):
@@ -166,8 +172,9 @@ class PlanExecution:
                         self._parallelism, identity_partition).values().mapPartitions(
                             functools.partial(_rekeyed_chunks, i))
             elif stage.spread:
-                rdd = rdd.flatMap(functools.partial(_elements, splitter, i)).repartition(
-                    self._parallelism)
+                rdd = rdd.mapPartitionsWithIndex(functools.partial(
+                    _round_robin, splitter, i, self._parallelism)).partitionBy(
+                        self._parallelism, identity_partition).values()
             else:
                 rdd = _tag(i, rdd)
             parts.append(rdd)

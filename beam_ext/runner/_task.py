@@ -120,7 +120,8 @@ class _TaskWorker:
             process_bundle=beam_fn_api_pb2.ProcessBundleRequest(
                 process_bundle_descriptor_id=self._descriptor.id)))
         if response.error:
-            raise StageFailed(f"stage {spec.name!r} failed:\n{response.error}")
+            # The driver names the stage; the SDK's error names the step.
+            raise StageFailed(response.error)
         result = response.process_bundle
         self._monitoring.append(list(result.monitoring_infos))
         residuals: dict[str, list[bytes]] = {}
@@ -133,7 +134,7 @@ class _TaskWorker:
                 finalize_bundle=beam_fn_api_pb2.FinalizeBundleRequest(
                     instruction_id=bundle_id)))
             if finalized.error:
-                raise StageFailed(f"stage {spec.name!r} failed finalizing:\n{finalized.error}")
+                raise StageFailed(f"finalizing the bundle failed:\n{finalized.error}")
         for output in self._channel.input_elements(bundle_id, []):
             if isinstance(output, beam_fn_api_pb2.Elements.Timers):
                 self._collect_timers(output)

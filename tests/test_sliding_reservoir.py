@@ -1,0 +1,123 @@
+"""Event reservoir: seeded random actions against a plain list model."""
+from __future__ import annotations
+
+import bisect
+import math
+import pickle
+import random
+
+import pytest
+
+from beam_ext.state.reservoir import EventReservoir
+
+
+def _row(rng: random.Random, t: float) -> tuple:
+    return (rng.choice([t * 2, math.nan, -1e9]), rng.choice(["a", None, ("t", 1), 3]))
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return all(x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_random_actions_against_list_model(tmp_path, seed, on_disk):
+    rng = random.Random(seed)
+    directory = str(tmp_path / "r") if on_disk else None
+
+    def fresh() -> EventReservoir:
+        return EventReservoir(["float", "object"], directory=directory,
+                              chunk_size=rng.choice([1, 3, 8]), cache_chunks=2)
+
+    r = fresh()
+    model: list[tuple[float, tuple]] = []  # every row ever stored, by position
+    start = 0
+    clock = 0.0
+    for _ in range(300):
+        action = rng.random()
+        if action < 0.45:
+            clock += rng.choice([0.0, 0.5, 1.0])
+            row = _row(rng, clock)
+            assert r.append(clock, row) == len(model)
+            model.append((clock, row))
+        elif action < 0.6 and model:
+            t = clock - rng.choice([0.0, 0.5, 1.5, 3.0])
+            row = _row(rng, t)
+            if t < r.last_sealed_ts:
+                with pytest.raises(ValueError, match="older than the last sealed"):
+                    r.insert(t, row)
+            else:
+                pos = r.insert(t, row)
+                expect = bisect.bisect_right([m[0] for m in model], t)
+                assert pos == expect
+                model.insert(pos, (t, row))
+        elif action < 0.7:
+            r.seal(clock - rng.choice([0.0, 1.0, 2.0]))
+        elif action < 0.75 and len(model) > start:
+            r.truncate(rng.randint(start, len(model)))
+            start = r.start
+        elif action < 0.9 and len(model) > start:
+            p = rng.randint(start, len(model) - 1)
+            cur = r.cursor(p)
+            for q in range(p, min(len(model), p + rng.randint(1, 12))):
+                assert cur.peek_ts() == model[q][0]
+                t, row = cur.take()
+                assert t == model[q][0] and _same(row, model[q][1])
+            if cur.pos == len(model):
+                assert cur.peek_ts() is None
+            t = rng.choice(model[start:])[0] + rng.choice([-0.25, 0.0, 0.25])
+            assert r.locate(t) == max(start, bisect.bisect_right([m[0] for m in model], t))
+        elif on_disk and action < 0.95:
+            r.close()  # seals the open region; every row must survive
+            r = fresh()
+            assert len(r) == len(model)
+            start = r.start if start <= r.start else start
+            if start > r.start:
+                r.truncate(start)
+        elif not on_disk and action < 0.95:
+            r = pickle.loads(pickle.dumps(r))
+        assert len(r) == len(model)
+        r._check()
+    for p in range(r.start, len(model)):
+        t, row = r.row(p)
+        assert t == model[p][0] and _same(row, model[p][1])
+    r.close()
+
+
+def test_cache_is_bounded_and_next_chunk_is_prefetched(tmp_path):
+    r = EventReservoir(["float"], directory=str(tmp_path), chunk_size=10, cache_chunks=3)
+    for i in range(200):
+        r.append(float(i), (float(i),))
+    r.seal(1e9)
+    cur = r.cursor(0)
+    for i in range(200):
+        assert cur.take() == (float(i), (float(i),))
+        r._check()
+    assert r.loads == 20  # each chunk decoded once: prefetch feeds the cache
+    assert len(r._cache) <= 3
+    r.close()
+
+
+def test_memory_does_not_hold_sealed_rows_outside_the_cache():
+    r = EventReservoir(["float"], chunk_size=100, cache_chunks=2)
+    for i in range(10_000):
+        r.append(float(i), (float(i),))
+    r.seal(1e9)
+    assert len(r._open_ts) == 0 and len(r._cache) == 0
+    assert r.row(5_555) == (5555.0, (5555.0,))
+    assert len(r._cache) == 1
+
+
+def test_bad_arguments_name_themselves():
+    with pytest.raises(ValueError, match="chunk_size"):
+        EventReservoir(["float"], chunk_size=0)
+    with pytest.raises(ValueError, match="unknown column kind"):
+        EventReservoir(["decimal"])
+    r = EventReservoir(["float"])
+    r.append(2.0, (1.0,))
+    with pytest.raises(ValueError, match="use insert"):
+        r.append(1.0, (1.0,))
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        d = EventReservoir.__new__(EventReservoir)
+        d.directory = "x"
+        pickle.dumps(d)
