@@ -74,7 +74,8 @@ class ApproximateWindowAggregate(beam.PTransform):
             corrections=corrections, seed=seed, safety=safety)
         self._value = field_getter(value, "value") if value is not None else None
         self._key = field_getter(key, "key") if key is not None else None
-        self._event_time = field_getter(event_time, "event_time") if event_time is not None else None
+        self._event_time = (field_getter(event_time, "event_time")
+                            if event_time is not None else None)
         self._arrival_time = field_getter(arrival_time, "arrival_time")
 
     def expand(self, events: beam.PCollection) -> beam.PCollection:
@@ -107,7 +108,8 @@ def _time(getter: Any, event: Any, role: str) -> float:
     try:
         t = float(raw.micros / 1e6) if hasattr(raw, "micros") else float(raw)
     except (TypeError, ValueError):
-        raise ValueError(f"{role}: not a time in seconds ({raw!r}) in event {event!r:.500}") from None
+        raise ValueError(
+            f"{role}: not a time in seconds ({raw!r}) in event {event!r:.500}") from None
     if not math.isfinite(t):
         raise ValueError(f"{role}: not a finite time ({raw!r}) in event {event!r:.500}")
     return t
@@ -130,7 +132,8 @@ class _Extract(beam.DoFn):
             gen = _time(self._event_time, event, "event_time")
         arr = _time(self._arrival_time, event, "arrival_time")
         if arr < gen:
-            raise ValueError(f"arrival_time {arr} is before event_time {gen} in event {event!r:.500}")
+            raise ValueError(
+                f"arrival_time {arr} is before event_time {gen} in event {event!r:.500}")
         if self._value is None:
             value = 0.0
         else:
@@ -148,10 +151,11 @@ class _Extract(beam.DoFn):
 class _ReplayFn(beam.DoFn):
     def __init__(self, config: SamplerConfig) -> None:
         self._config = config
-        self._stragglers = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "stragglers_after_emission")
-        self._late = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "late_events")
-        self._observed = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "observed_events")
-        self._sampled = beam.metrics.Metrics.counter(METRICS_NAMESPACE, "sampled_events")
+        counter = beam.metrics.Metrics.counter
+        self._stragglers = counter(METRICS_NAMESPACE, "stragglers_after_emission")
+        self._late = counter(METRICS_NAMESPACE, "late_events")
+        self._observed = counter(METRICS_NAMESPACE, "observed_events")
+        self._sampled = counter(METRICS_NAMESPACE, "sampled_events")
 
     def process(self, element: tuple[Any, Any]) -> Iterator[beam_window.TimestampedValue]:
         key, triples = element
