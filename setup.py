@@ -12,7 +12,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11,<3.12",
     packages=find_packages(include=["beam_ext", "beam_ext.*"]),
-    package_data={"beam_ext": ["py.typed"]},
+    package_data={"beam_ext": ["py.typed", "watermark/tracker.proto"]},
     install_requires=[
         "apache-beam==2.77.*",
         "pyspark>=4.0,<5",
@@ -21,7 +21,9 @@ setup(
         "numpy>=1.26",
         "scipy>=1.11",
         "grpcio>=1.60",
-        "protobuf>=4.25",
+        # The checked-in beam_ext/watermark/_tracker_pb2.py is gencode 6.31.1;
+        # protobuf refuses gencode newer than its runtime or of another major.
+        "protobuf>=6.31.1,<7",
     ],
     extras_require={
         "test": [

@@ -10,6 +10,13 @@ import pytest
 # or they cannot import apache_beam and beam_ext.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# DoFns defined in test modules are pickled by reference: executors must be
+# able to import the test modules too, as users' executors import their code.
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+_BENCHMARKS_DIR = os.path.join(os.path.dirname(_TESTS_DIR), "benchmarks")
+sys.path.append(_BENCHMARKS_DIR)  # benchmark smoke tests import the benchmarks
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in [_TESTS_DIR, _BENCHMARKS_DIR, os.environ.get("PYTHONPATH", "")] if p)
 
 
 def _make_session():

@@ -9,6 +9,7 @@ class PipelineError(RuntimeError):
     """A pipeline failed; the message names the stage and shows the user's traceback."""
 
 
+_FAILED_STEP = re.compile(r"\[while running '(.+?)'\]")
 _PYTHON_TRACEBACK = re.compile(r"(Traceback \(most recent call last\):.*?)(?:\n\tat |\Z)", re.S)
 
 
@@ -32,5 +33,8 @@ def translate_spark_error(stage_name: str):
         if "Py4JJavaError" not in type(exc).__name__ and "Traceback" not in text \
                 and "PythonException" not in type(exc).__name__:
             raise
-        raise PipelineError(
-            f"Beam stage {stage_name!r} failed on Spark:\n{_user_part(text)}") from None
+        # Beam's bundle processor tags the error with the step that raised it;
+        # naming that step beats naming the whole fused stage.
+        step = _FAILED_STEP.search(text)
+        where = f"step {step.group(1)!r}" if step else f"stage {stage_name!r}"
+        raise PipelineError(f"Beam {where} failed on Spark:\n{_user_part(text)}") from None

@@ -24,7 +24,8 @@ from apache_beam.runners.portability.fn_api_runner.translations import (
 from beam_ext.runner import native
 from beam_ext.runner._errors import translate_spark_error
 from beam_ext.runner._plan import Plan, PlannedStage
-from beam_ext.runner._shuffle import ElementSplitter, GroupReader, key_partition
+from beam_ext.runner._shuffle import (
+    Buckets, ElementSplitter, GroupReader, identity_partition, unpack)
 from beam_ext.runner._side_inputs import side_input_state
 from beam_ext.runner._task import METRICS_OUTPUT, run_stage_partition
 
@@ -35,14 +36,36 @@ def _tag(index: int, rdd):
     return rdd.map(lambda chunk: (index, chunk))
 
 
-def _keyed_elements(splitter: ElementSplitter, index: int, chunk: bytes) -> Iterator:
-    for wv in splitter.elements(chunk):
-        yield splitter.key_of(wv), (index, splitter.encode(wv))
+def _keyed_blobs(splitter: ElementSplitter, partitions: int, chunks) -> Iterator:
+    buckets = Buckets(partitions)
+    for chunk in chunks:
+        yield from buckets.add(
+            (splitter.key_of(wv), splitter.encode(wv)) for wv in splitter.elements(chunk))
+    yield from buckets.flush()
 
 
-def _elements(splitter: ElementSplitter, index: int, chunk: bytes) -> Iterator:
-    for wv in splitter.elements(chunk):
-        yield index, splitter.encode(wv)
+def _rekeyed_chunks(index: int, blobs) -> Iterator:
+    # Elements of one key arrive together in one partition; chunk them back up.
+    out, size = [], 0
+    for _, element in unpack(blobs):
+        out.append(element)
+        size += len(element)
+        if size >= 4 << 20:
+            yield index, b"".join(out)
+            out, size = [], 0
+    if out:
+        yield index, b"".join(out)
+
+
+def _round_robin(splitter: ElementSplitter, index: int, partitions: int, source: int,
+                 chunks) -> Iterator:
+    # Explicit targets: PySpark's repartition() moves pickled batches of
+    # elements, which would keep a handful of SDF restrictions together.
+    target = source
+    for chunk in chunks:
+        for wv in splitter.elements(chunk):
+            yield target % partitions, (index, splitter.encode(wv))
+            target += 1
 
 
 def _stage_task(spec, broadcast, records):
@@ -127,10 +150,10 @@ class PlanExecution:
     def _read_grouped(self, buffer_id: bytes):
         if buffer_id not in self._grouped:
             parts = self._buffers.get(buffer_id) or [self._sc.parallelize([], 1)]
-            pairs = parts[0] if len(parts) == 1 else self._sc.union(parts)
+            blobs = parts[0] if len(parts) == 1 else self._sc.union(parts)
             reader = GroupReader(**vars(self._plan.groups[buffer_id]))
-            self._grouped[buffer_id] = pairs.partitionBy(
-                self._parallelism, key_partition).mapPartitions(reader.read)
+            self._grouped[buffer_id] = blobs.partitionBy(
+                self._parallelism, identity_partition).values().mapPartitions(reader.read)
         return self._grouped[buffer_id]
 
     def _write(self, buffer_id: bytes, rdd) -> None:
@@ -138,18 +161,24 @@ class PlanExecution:
 
     # -- stages ----------------------------------------------------------
     def _stage_input(self, stage: PlannedStage):
-        tagged = [_tag(i, self._read(b)) for i, b in enumerate(stage.inputs)]
-        if stage.keyed or stage.spread:
-            splits = []
-            for i, buffer_id in enumerate(stage.inputs):
-                splitter = ElementSplitter(stage.input_coders[i])
-                fn = _keyed_elements if stage.keyed else _elements
-                splits.append(self._read(buffer_id).flatMap(functools.partial(fn, splitter, i)))
-            elements = splits[0] if len(splits) == 1 else self._sc.union(splits)
+        parts = []
+        for i, buffer_id in enumerate(stage.inputs):
+            rdd = self._read(buffer_id)
+            splitter = ElementSplitter(stage.input_coders[i])
             if stage.keyed:
-                return elements.partitionBy(self._parallelism, key_partition).values()
-            return elements.repartition(self._parallelism)
-        return tagged[0] if len(tagged) == 1 else self._sc.union(tagged)
+                # A stateful stage owns its keys: all elements of a key in one task.
+                rdd = rdd.mapPartitions(functools.partial(
+                    _keyed_blobs, splitter, self._parallelism)).partitionBy(
+                        self._parallelism, identity_partition).values().mapPartitions(
+                            functools.partial(_rekeyed_chunks, i))
+            elif stage.spread:
+                rdd = rdd.mapPartitionsWithIndex(functools.partial(
+                    _round_robin, splitter, i, self._parallelism)).partitionBy(
+                        self._parallelism, identity_partition).values()
+            else:
+                rdd = _tag(i, rdd)
+            parts.append(rdd)
+        return parts[0] if len(parts) == 1 else self._sc.union(parts)
 
     def _side_inputs(self, stage: PlannedStage):
         if not stage.side_inputs:

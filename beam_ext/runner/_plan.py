@@ -155,17 +155,19 @@ def _check_supported(proto: beam_runner_api_pb2.Pipeline, native_urns: frozenset
                 f"unknown URN {urn!r}{hint}")
 
 
-def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int) -> Plan:
+def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
+                  partitions: int) -> Plan:
     native_urns = _substitute_natives(proto)
     _check_supported(proto, native_urns)
     context, stages = translations.create_and_optimize_stages(
         proto, phases=_phases(), known_runner_urns=_RUNNER_URNS | native_urns)
-    return _Planner(context, native_urns, bundle_bytes).plan(stages)
+    return _Planner(context, native_urns, bundle_bytes, partitions).plan(stages)
 
 
 class _Planner:
     def __init__(self, context: TransformContext, native_urns: frozenset[str],
-                 bundle_bytes: int) -> None:
+                 bundle_bytes: int, partitions: int) -> None:
+        self._partitions = partitions
         self._context = context
         self._components = context.components
         self._pipeline_context = pipeline_context.PipelineContext(self._components)
@@ -255,7 +257,8 @@ class _Planner:
             shuffle_writers=shuffle_writers,
             timer_families=tuple(sorted(stage.timers)),
             timer_coders=self._timer_coders(stage),
-            bundle_bytes=self._bundle_bytes)
+            bundle_bytes=self._bundle_bytes,
+            partitions=self._partitions)
         return planned
 
     def _set_port(self, transform: beam_runner_api_pb2.PTransform, pcoll: str) -> None:

@@ -21,7 +21,7 @@ from apache_beam.runners.portability.fn_api_runner import worker_handlers
 from apache_beam.runners.worker import bundle_processor, data_plane, sdk_worker
 from apache_beam.runners.worker.statecache import StateCache
 
-from beam_ext.runner._shuffle import ShuffleWriter
+from beam_ext.runner._shuffle import Buckets, ShuffleWriter
 
 _LOG = logging.getLogger(__name__)
 
@@ -48,6 +48,7 @@ class StageSpec:
     timer_families: tuple[tuple[str, str], ...]
     timer_coders: Mapping[tuple[str, str], Any]
     bundle_bytes: int
+    partitions: int  # of the shuffles this stage writes
 
 
 class _SideInputStateServicer(worker_handlers.StateServicer):
@@ -93,6 +94,7 @@ class _TaskWorker:
         self._monitoring: list = []
         self._pending_timers: dict[tuple[str, str], dict] = {}
         self._residuals: dict[str, list[bytes]] = {}
+        self._buckets = {index: Buckets(spec.partitions) for index in spec.shuffle_writers}
 
     def close(self) -> None:
         self._cache.shutdown()
@@ -118,7 +120,8 @@ class _TaskWorker:
             process_bundle=beam_fn_api_pb2.ProcessBundleRequest(
                 process_bundle_descriptor_id=self._descriptor.id)))
         if response.error:
-            raise StageFailed(f"stage {spec.name!r} failed:\n{response.error}")
+            # The driver names the stage; the SDK's error names the step.
+            raise StageFailed(response.error)
         result = response.process_bundle
         self._monitoring.append(list(result.monitoring_infos))
         residuals: dict[str, list[bytes]] = {}
@@ -131,7 +134,7 @@ class _TaskWorker:
                 finalize_bundle=beam_fn_api_pb2.FinalizeBundleRequest(
                     instruction_id=bundle_id)))
             if finalized.error:
-                raise StageFailed(f"stage {spec.name!r} failed finalizing:\n{finalized.error}")
+                raise StageFailed(f"finalizing the bundle failed:\n{finalized.error}")
         for output in self._channel.input_elements(bundle_id, []):
             if isinstance(output, beam_fn_api_pb2.Elements.Timers):
                 self._collect_timers(output)
@@ -141,9 +144,14 @@ class _TaskWorker:
                 if writer is None:
                     yield index, output.data
                 else:
-                    for pair in writer.split(output.data):
-                        yield index, pair
+                    for blob in self._buckets[index].add(writer.split(output.data)):
+                        yield index, blob
         self._residuals = residuals
+
+    def flush_shuffles(self) -> Iterator[tuple[int, Any]]:
+        for index, buckets in self._buckets.items():
+            for blob in buckets.flush():
+                yield index, blob
 
     # -- timers and residuals --------------------------------------------
     def _collect_timers(self, output) -> None:
@@ -208,7 +216,7 @@ def run_stage_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | No
     """Runs ``spec`` over one partition of ``(input index, chunk)`` records.
 
     Yields ``(output index, chunk)`` for materialized outputs,
-    ``(output index, (key, payload))`` for shuffle outputs, and one final
+    ``(output index, (target partition, blob))`` for shuffle outputs, and one final
     ``(METRICS_OUTPUT, serialized monitoring infos)``.
     """
     worker = _TaskWorker(spec, side_inputs or {})
@@ -225,6 +233,7 @@ def run_stage_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | No
         # DoFns whose bundle methods emit (and Beam runs them on empty input).
         yield from worker.run_bundle(pending, {})
         yield from worker.drain()
+        yield from worker.flush_shuffles()
         yield METRICS_OUTPUT, worker.monitoring_infos()
     finally:
         worker.close()

@@ -18,24 +18,23 @@ from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 
-def _batch_elements(stream: TestStream) -> list[TimestampedValue]:
-    if stream.output_tags - {None}:
-        raise NotImplementedError(
-            "SparkRunner (batch) cannot run a TestStream with output tags "
-            f"{sorted(map(str, stream.output_tags - {None}))}: needs streaming")
-    watermark = MIN_TIMESTAMP
-    elements: list[TimestampedValue] = []
+def _batch_elements(stream: TestStream) -> dict[object, list[TimestampedValue]]:
+    """The elements of each output tag, checked to be batch-replayable."""
+    watermarks: dict[object, object] = {}
+    elements: dict[object, list[TimestampedValue]] = {tag: [] for tag in stream.output_tags}
     for event in stream._events:
         if isinstance(event, WatermarkEvent):
-            watermark = max(watermark, event.new_watermark)
+            watermarks[event.tag] = max(watermarks.get(event.tag, MIN_TIMESTAMP),
+                                        event.new_watermark)
         elif isinstance(event, ElementEvent):
+            watermark = watermarks.get(event.tag, MIN_TIMESTAMP)
             for tv in event.timestamped_values:
                 if tv.timestamp < watermark:
                     raise NotImplementedError(
                         f"SparkRunner (batch) cannot replay TestStream: element {tv.value!r} "
                         f"at {tv.timestamp} arrives behind the watermark {watermark} (late "
                         "data needs streaming)")
-                elements.append(tv)
+                elements.setdefault(event.tag, []).append(tv)
         elif isinstance(event, ProcessingTimeEvent):
             raise NotImplementedError(
                 "SparkRunner (batch) cannot replay a TestStream that advances "
@@ -49,11 +48,18 @@ class _BoundedTestStream(beam.PTransform):
         self._stream = stream
 
     def expand(self, pbegin):
-        elements = _batch_elements(self._stream)
-        return (pbegin
-                | beam.Create([(tv.value, tv.timestamp) for tv in elements], reshuffle=False)
-                | beam.MapTuple(TimestampedValue).with_output_types(
-                    self._stream.coder.to_type_hint()))
+        by_tag = _batch_elements(self._stream)
+        outputs = {
+            tag: (pbegin
+                  | f"Create[{tag}]" >> beam.Create(
+                      [(tv.value, tv.timestamp) for tv in values], reshuffle=False)
+                  | f"Stamp[{tag}]" >> beam.MapTuple(TimestampedValue).with_output_types(
+                      self._stream.coder.to_type_hint()))
+            for tag, values in by_tag.items()}
+        if set(outputs) <= {None}:
+            return outputs.get(None) or (
+                pbegin | beam.Create([]).with_output_types(self._stream.coder.to_type_hint()))
+        return outputs
 
 
 class TestStreamAsBoundedSource(PTransformOverride):

@@ -71,6 +71,9 @@ def get_or_create_session(options: SparkRunnerOptions, app_name: str):
         options.spark_app_name or app_name)
     conf = {"spark.ui.showConsoleProgress": "true",
             "spark.sql.execution.arrow.pyspark.enabled": "true"}
+    if options.spark_master.startswith("local"):
+        # Everything is in this process: listen on loopback only.
+        conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     conf.update(parse_spark_conf(options.spark_conf))
     for key, value in conf.items():
         builder = builder.config(key, value)

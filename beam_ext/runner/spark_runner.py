@@ -88,10 +88,10 @@ class SparkRunner(runner.PipelineRunner):
             proto.components.environments[env_id].CopyFrom(environments.resolve_anyof_environment(
                 env, python_urns.EMBEDDED_PYTHON, common_urns.environments.EXTERNAL.urn,
                 common_urns.environments.DOCKER.urn))
-        plan = plan_pipeline(proto, spark_options.spark_bundle_size)
         job_name = options.view_as(pipeline_options.GoogleCloudOptions).job_name or "beam_ext"
         spark = get_or_create_session(spark_options, job_name)
         parallelism = spark_options.spark_parallelism or spark.sparkContext.defaultParallelism
+        plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism)
         _LOG.info("Running %d stages on Spark (%s, parallelism %d)", len(plan.stages),
                   spark.sparkContext.master, parallelism)
         start = time.monotonic()

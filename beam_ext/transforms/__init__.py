@@ -5,3 +5,35 @@ from beam_ext.transforms import agg
 from beam_ext.transforms.sliding import SlidingAggregate, SlidingWindow
 
 __all__ = ["SlidingAggregate", "SlidingWindow", "agg"]
+
+# Staleness-driven late firings (Aion section 3.4).
+from beam_ext.transforms.staleness import (
+    StalenessPlanner,
+    StalenessRefire,
+    StalenessTrigger,
+    max_staleness,
+)
+
+__all__ += ["StalenessPlanner", "StalenessRefire", "StalenessTrigger", "max_staleness"]
+
+# Approximate sampled windows that do not wait for stragglers (issue 4).
+from beam_ext.transforms.sampling import (
+    ApproximateResult,
+    ApproximateWindowAggregate,
+    OnlineSampler,
+    SamplerConfig,
+)
+
+__all__ += ["ApproximateResult", "ApproximateWindowAggregate", "OnlineSampler", "SamplerConfig"]
+
+# Lateness spill: GroupByKey whose past windows stay open for late data (Aion).
+from beam_ext.transforms.late_triggers import (
+    AfterLateDelay,
+    CleanupPolicy,
+    EveryNLateEvents,
+    FixedLateness,
+)
+from beam_ext.transforms.late_windowed_gbk import LateWindowedGroupByKey
+
+__all__ += ["AfterLateDelay", "CleanupPolicy", "EveryNLateEvents", "FixedLateness",
+           "LateWindowedGroupByKey"]

@@ -1,0 +1,454 @@
+"""Lateness spill benchmark: Aion's "average" and "bigrams" workloads, 1..50 past windows.
+
+Anchors, side by side in one run:
+
+* ``spill``  - LateWindowedGroupByKey's pane engine over the SpillStore
+  (Aion's standard policy, pre-staging, one prioritised I/O thread);
+* ``memory`` - the same engine keeping every window in a dict (the in-memory
+  baseline: what Beam state does on a runner without spilling);
+* ablations of Aion figure 8 at one lateness: ``no-prestage``,
+  ``single-serde`` (one serialisation thread) and ``concurrent-io``
+  (several I/O threads, no priorities).
+
+Each configuration runs in its own subprocess so that its peak anonymous RSS
+(``RssAnon`` in /proc/self/status, sampled every 5 ms; LMDB's file-backed
+pages are not counted) is its own. Event time is simulated: every watermark
+step is one window long (Aion's periodic watermarks) and carries
+``events_per_step`` events stamped ``now - windowIndex * windowDuration``
+with ``windowIndex ~ lognormal(0, 1)`` (Aion section 5). Late panes fire at
+offsets 1, 2, 4, 8, ... windows after a window's end (a fixed stand-in for
+the staleness trigger), and the window closes after ``past_windows`` windows.
+
+    python benchmarks/lateness.py            # full run (~8 min on 2 cores)
+    python benchmarks/lateness.py --quick    # smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _ROOT)
+
+WORKLOADS = {
+    # name: (window seconds, payload bytes); Aion table 1 uses 2304 / 3584 B.
+    "average": (20.0, 1024),
+    "bigrams": (30.0, 1024),
+}
+_WORDS = ("late data window event stream spill memory bucket stage watermark "
+          "trigger pane store block key value time past flush disk cache").split()
+
+
+@dataclass
+class Config:
+    workload: str
+    past_windows: int
+    variant: str  # spill | memory | no-prestage | single-serde | concurrent-io
+    events_per_step: int
+    keys: int
+    budget_bytes: int
+    seed: int = 0
+
+
+@dataclass
+class Result:
+    config: Config
+    events: int
+    seconds: float
+    events_per_s: float
+    peak_rss_anon: int
+    start_rss_anon: int
+    serialize_seconds: float
+    reexecutions: int
+    reexecutions_from_memory: int
+    panes: int
+    dead_letters: int
+
+
+class _Offsets:
+    """Late panes 1, 2, 4, ... windows after the end (stand-in for StalenessTrigger)."""
+
+    def __init__(self, size: float) -> None:
+        self._size = size
+
+    def late_firing_offsets(self, allowed_lateness: float) -> list[float]:
+        out, k = [], 1
+        while k * self._size < allowed_lateness:
+            out.append(k * self._size)
+            k *= 2
+        return out
+
+    def observe(self, offset: float) -> None:
+        pass
+
+
+def _rss_anon() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class _PeakSampler:
+    def __init__(self) -> None:
+        self.peak = _rss_anon()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, _rss_anon())
+
+    def __enter__(self) -> "_PeakSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss_anon())
+
+
+def _window_function(workload: str, values: list[bytes]) -> object:
+    if workload == "average":
+        return sum(int.from_bytes(v[:4], "little") for v in values) / max(1, len(values))
+    bigrams: Counter = Counter()
+    for v in values:
+        words = v[: v.index(b"|")].split()
+        bigrams.update(zip(words, words[1:]))
+    return len(bigrams)
+
+
+def _make_values(workload: str, rng: np.random.Generator, n: int, payload: int) -> list[bytes]:
+    if workload == "average":
+        ints = rng.integers(0, 1 << 31, n)
+        pad = b"\0" * (payload - 4)
+        return [int(i).to_bytes(4, "little") + pad for i in ints]
+    out = []
+    for _ in range(n):
+        words = " ".join(_WORDS[i] for i in rng.integers(0, len(_WORDS), 20)).encode()
+        out.append(words + b"|" + b"\0" * max(0, payload - len(words) - 1))
+    return out
+
+
+def run_config(config: Config, workdir: str | None = None) -> Result:
+    """Run one configuration in this process and measure it."""
+    from beam_ext.state import SpillStore
+    from beam_ext.transforms import _late_panes as panes
+    from beam_ext.transforms.late_triggers import FixedLateness
+
+    size, payload = WORKLOADS[config.workload]
+    rng = np.random.default_rng(config.seed)
+    lateness = config.past_windows * size
+    steps = max(config.past_windows + 8, 40)  # long enough to time at small lateness
+    own_dir = workdir is None
+    workdir = workdir or tempfile.mkdtemp(prefix="bench-lateness-")
+    store = None
+    if config.variant == "memory":
+        backend = panes._MemoryBackend()
+    else:
+        store = SpillStore(
+            os.path.join(workdir, "store"), config.budget_bytes,
+            serialization_threads=1 if config.variant == "single-serde" else 2,
+            sequential_io=config.variant != "concurrent-io")
+        backend = panes._SpillBackend(store)
+    counts = {"panes": 0, "dead": 0}
+
+    def emit(key: bytes, window: tuple[float, float], values: list[bytes], pane: object) -> None:
+        _window_function(config.workload, values)
+        counts["panes"] += 1
+
+    def dead(key: bytes, window: tuple[float, float], value: bytes) -> None:
+        counts["dead"] += 1
+
+    engine = panes._LateEngine(_Offsets(size), FixedLateness(lateness), backend, emit, dead,
+                               prestage=config.variant != "no-prestage")
+    keys = [b"k%d" % i for i in range(config.keys)]
+
+    def batch(step: int) -> list[tuple[bytes, tuple[float, float], bytes]]:
+        now = (step + 1) * size
+        idx = rng.lognormal(0.0, 1.0, config.events_per_step)
+        ts = np.maximum(now - idx * size, 0.0)
+        starts = np.floor(ts / size) * size
+        who = rng.integers(0, config.keys, config.events_per_step)
+        vals = _make_values(config.workload, rng, config.events_per_step, payload)
+        return [(keys[w], (float(s), float(s + size)), v) for w, s, v in zip(who, starts, vals)]
+
+    # Input is generated one step at a time (so that it does not inflate RSS)
+    # and its generation is not timed.
+    start_rss = _rss_anon()
+    elapsed = 0.0
+    with _PeakSampler() as sampler:
+        for step in range(steps):
+            events = batch(step)
+            t0 = time.perf_counter()
+            for key, window, value in events:
+                engine.element(key, window, value)
+            engine.advance_watermark((step + 1) * size)
+            elapsed += time.perf_counter() - t0
+        del events
+        # Steady state only: the end-of-input jump to +inf fires every window
+        # at once, which no pre-staging can anticipate.
+        stats = dict(store.stats) if store is not None else {}
+        t0 = time.perf_counter()
+        engine.advance_watermark(math.inf)
+        elapsed += time.perf_counter() - t0
+    if store is not None:
+        stats["serialize_seconds"] = store.stats["serialize_seconds"]
+    engine.close()
+    if own_dir:
+        shutil.rmtree(workdir, ignore_errors=True)
+    n = steps * config.events_per_step
+    return Result(config, n, elapsed, n / elapsed, sampler.peak, start_rss,
+                  stats.get("serialize_seconds", 0.0), stats.get("reexecutions", 0),
+                  stats.get("reexecutions_from_memory", 0), counts["panes"], counts["dead"])
+
+
+def _run_in_subprocess(config: Config) -> Result:
+    out = subprocess.run([sys.executable, __file__, "--one", json.dumps(asdict(config))],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"configuration {config} failed:\n{out.stderr[-3000:]}")
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    data["config"] = Config(**data["config"])
+    return Result(**data)
+
+
+def _mb(n: float) -> float:
+    return n / (1 << 20)
+
+
+def _write_report(results: list[Result], args: argparse.Namespace, out_dir: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cmd = "python benchmarks/lateness.py" + (" --quick" if args.quick else "")
+    main = [r for r in results if r.config.variant in ("spill", "memory")]
+    figs = []
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, workload in zip(axes, WORKLOADS):
+        for variant, style in (("spill", "o-"), ("memory", "s--")):
+            rs = sorted((r for r in main if r.config.workload == workload
+                         and r.config.variant == variant), key=lambda r: r.config.past_windows)
+            ax.plot([r.config.past_windows for r in rs], [_mb(r.peak_rss_anon) for r in rs],
+                    style, label=variant)
+        ax.set_title(f"{workload}: peak RssAnon")
+        ax.set_xlabel("past windows (allowed lateness / window)")
+        ax.set_ylabel("MiB")
+        ax.legend()
+    fig.suptitle(f"reproduce: {cmd}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "lateness_memory.png"), dpi=90)
+    figs.append("lateness_memory.png")
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, workload in zip(axes, WORKLOADS):
+        for variant, style in (("spill", "o-"), ("memory", "s--")):
+            rs = sorted((r for r in main if r.config.workload == workload
+                         and r.config.variant == variant), key=lambda r: r.config.past_windows)
+            ax.plot([r.config.past_windows for r in rs], [r.events_per_s for r in rs],
+                    style, label=variant)
+        ax.set_title(f"{workload}: throughput")
+        ax.set_xlabel("past windows")
+        ax.set_ylabel("events/s")
+        ax.legend()
+    fig.suptitle(f"reproduce: {cmd}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "lateness_throughput.png"), dpi=90)
+    figs.append("lateness_throughput.png")
+    plt.close(fig)
+
+    abl = [r for r in results if r.config.workload == "average"
+           and r.config.past_windows == args.ablation_windows
+           and r.config.variant != "memory"]
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    names = [r.config.variant for r in abl]
+    axes[0].bar(names, [_mb(r.peak_rss_anon) for r in abl])
+    axes[0].set_title("peak RssAnon (MiB)")
+    axes[1].bar(names, [r.events_per_s for r in abl])
+    axes[1].set_title("events/s")
+    axes[2].bar(names, [100 * r.reexecutions_from_memory / max(1, r.reexecutions) for r in abl])
+    axes[2].set_title("re-executions from memory (%)")
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=30)
+    fig.suptitle(f"average, {args.ablation_windows} past windows; reproduce: {cmd}", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "lateness_ablations.png"), dpi=90)
+    figs.append("lateness_ablations.png")
+    plt.close(fig)
+
+    def row(r: Result) -> str:
+        c = r.config
+        pre = (f"{100 * r.reexecutions_from_memory / r.reexecutions:.1f}% of {r.reexecutions}"
+               if r.reexecutions else "-")
+        return (f"| {c.workload} | {c.past_windows} | {c.variant} | {_mb(r.peak_rss_anon):.1f} | "
+                f"{_mb(r.peak_rss_anon - r.start_rss_anon):.1f} | {r.events_per_s:,.0f} | "
+                f"{r.serialize_seconds:.2f} | {pre} |")
+
+    lines = [
+        "# Lateness spill benchmark",
+        "",
+        f"Reproduce: `{cmd}` (writes this file and the PNGs). Numbers were taken on a "
+        "shared, noisy 2-core machine with other jobs running; treat differences under "
+        "~15 % as noise.",
+        "",
+        f"Setup: {args.events} events per watermark step, {args.keys} keys, payload "
+        f"{WORKLOADS['average'][1]} B, spill budget {_mb(args.budget):.0f} MiB, "
+        "max(past windows + 8, 40) watermark steps per configuration, each configuration in "
+        "its own process. Events are processed as fast as possible (no real-time pacing), so "
+        "one watermark step of 2000 events lasts tens of milliseconds, where Aion's lasted "
+        "20-30 s; staging has correspondingly less time to finish. "
+        "`average` windows are 20 s, `bigrams` 30 s; timestamps `now - windowIndex * "
+        "windowDuration`, windowIndex ~ lognormal(0, 1). Late panes at 1, 2, 4, ... windows "
+        "after the end. RSS includes the interpreter with Beam imported (~the first column "
+        "minus the second).",
+        "",
+        "| workload | past windows | variant | peak RssAnon MiB | growth during run MiB | "
+        "events/s | serialisation s | re-executions from memory |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [row(r) for r in results]
+    lines += ["", "## Targets", ""]
+    for workload in WORKLOADS:
+        def pick(variant: str, p: int) -> Result | None:
+            return next((r for r in results if r.config.workload == workload
+                         and r.config.variant == variant and r.config.past_windows == p), None)
+
+        ps = sorted({r.config.past_windows for r in main if r.config.workload == workload})
+        lo, hi = ps[0], ps[-1]
+        s_lo, s_hi, m_lo, m_hi = pick("spill", lo), pick("spill", hi), pick("memory", lo), pick("memory", hi)
+        if not all((s_lo, s_hi, m_lo, m_hi)):
+            continue
+        rss_ratio = s_hi.peak_rss_anon / s_lo.peak_rss_anon
+        mem_ratio = m_hi.peak_rss_anon / m_lo.peak_rss_anon
+        thr = s_lo.events_per_s / m_lo.events_per_s
+        mid = [p for p in ps if p >= 10]
+        plateau = ""
+        if mid and mid[0] != hi and pick("spill", mid[0]):
+            s_mid = pick("spill", mid[0])
+            plateau = (f" From {mid[0]} to {hi} past windows the spill path grows "
+                       f"{s_hi.peak_rss_anon / s_mid.peak_rss_anon:.2f}x, the baseline "
+                       f"{m_hi.peak_rss_anon / pick('memory', mid[0]).peak_rss_anon:.2f}x.")
+        lines += [
+            f"- **{workload}**: spill peak RssAnon {hi} vs {lo} past windows: "
+            f"**{rss_ratio:.2f}x** (target <= 1.2x; in-memory baseline {mem_ratio:.2f}x, "
+            f"{_mb(m_hi.peak_rss_anon):.0f} vs {_mb(s_hi.peak_rss_anon):.0f} MiB at {hi})."
+            + plateau,
+            f"- **{workload}**: throughput spill / memory at {lo} past window(s), everything "
+            f"in memory: **{thr:.2f}** (target >= 0.90).",
+        ]
+    spill = [r for r in results if r.config.variant == "spill"]
+    re_all = sum(r.reexecutions for r in spill)
+    re_mem = sum(r.reexecutions_from_memory for r in spill)
+    if re_all:
+        lines.append(f"- re-executions served from pre-staged memory (all spill runs): "
+                     f"**{100 * re_mem / re_all:.1f}%** of {re_all} (target >= 95%).")
+    lines += [
+        "",
+        "## Reading the numbers",
+        "",
+        "- Memory: the spill path's RssAnon stops growing once the store reaches its budget "
+        "(from about 10 past windows on) while the in-memory baseline keeps growing; but the "
+        "plateau sits well above the 1-past-window run, which never spills: besides the 8 MiB "
+        "budget, a spilling process holds blocks in flight to and from LMDB, pre-staged "
+        "windows (exempt from the budget until read), decoded copies during re-executions "
+        "and allocator slack. So the 1.2x target is missed at this scale; against a budget "
+        "sized for real state (hundreds of MiB) this fixed overhead matters less.",
+        "- Throughput: with everything in memory the spill path pays for the store's "
+        "bookkeeping (locks, block lists, lazy iteration) on every value; the cheap `average` "
+        "window function exposes it, the expensive `bigrams` one hides it. When spilling, "
+        "re-executions decode their window from Arrow blocks each time.",
+        "- Pre-staging: misses are re-executions whose staging was requested but not finished "
+        "when the pane fired; with no real-time pacing the I/O thread competes with the "
+        "pipeline thread for the interpreter.",
+        "",
+        "## Aion's figures beside ours",
+        "",
+        "| question | Aion (Flink 1.1, 8 GB heap, 1-10 past windows) | beam_ext (this run) |",
+        "|---|---|---|",
+        "| Q1 memory | fig. 2: heap flat at 3-4 GB median for AION; the in-memory "
+        "baseline crashed after 7 (average) and 9 (bigrams) past windows | "
+        "![memory](lateness_memory.png) |",
+        "| Q2 overhead | fig. 3-5: ingestion within 4-10 % of baseline; processing rate of "
+        "average up to 31 % lower | ![throughput](lateness_throughput.png) |",
+        "| Q3 ablations | fig. 8: no pre-staging 2 orders of magnitude lower processing rate, "
+        "~20 % lower ingestion; single serialisation thread and concurrent I/O smaller losses | "
+        "![ablations](lateness_ablations.png) |",
+        "",
+        "Aion's plots are not reproduced as images (the paper is available to us as text "
+        "only); the left column quotes what they show.",
+        "",
+        "## Not measured",
+        "",
+        "- Beam's own GroupByKey with allowed_lateness on the same runner: SparkRunner runs "
+        "batch pipelines (no late data), and the DirectRunner's streaming mode at these sizes "
+        "takes far longer than the whole benchmark; the in-memory baseline is the same pane "
+        "engine with a dict backend instead.",
+        "- JVM GC time (Aion fig. 6) has no Python equivalent; serialisation time is reported.",
+    ]
+    with open(os.path.join(out_dir, "lateness.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small smoke run")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=os.path.join(_ROOT, "docs", "benchmarks"))
+    args = parser.parse_args()
+    if args.one:
+        result = run_config(Config(**json.loads(args.one)))
+        print(json.dumps(asdict(result)))
+        return
+    args.events = 150 if args.quick else 2000
+    args.keys = 4
+    args.budget = 8 << 20
+    windows = [1, 5] if args.quick else [1, 5, 10, 20, 50]
+    args.ablation_windows = 5 if args.quick else 10
+    configs = []
+    for workload in WORKLOADS:
+        for p in windows:
+            for variant in ("spill", "memory"):
+                configs.append(Config(workload, p, variant, args.events, args.keys, args.budget))
+    for variant in ("no-prestage", "single-serde", "concurrent-io"):
+        configs.append(Config("average", args.ablation_windows, variant, args.events,
+                              args.keys, args.budget))
+    results = []
+    for c in configs:
+        r = _run_in_subprocess(c)
+        results.append(r)
+        print(f"{c.workload:8s} P={c.past_windows:3d} {c.variant:13s} "
+              f"rss={_mb(r.peak_rss_anon):7.1f} MiB  {r.events_per_s:9,.0f} ev/s  "
+              f"serde={r.serialize_seconds:5.2f}s  reexec mem {r.reexecutions_from_memory}/"
+              f"{r.reexecutions}", flush=True)
+    for workload in WORKLOADS:
+        for p in windows:
+            s = next(r for r in results if r.config.workload == workload
+                     and r.config.variant == "spill" and r.config.past_windows == p)
+            m = next(r for r in results if r.config.workload == workload
+                     and r.config.variant == "memory" and r.config.past_windows == p)
+            print(f"ratio {workload} P={p}: rss spill/memory={s.peak_rss_anon / m.peak_rss_anon:.2f}"
+                  f"  throughput spill/memory={s.events_per_s / m.events_per_s:.2f}")
+    os.makedirs(args.out, exist_ok=True)
+    _write_report(results, args, args.out)
+    print(f"wrote {os.path.join(args.out, 'lateness.md')}")
+
+
+if __name__ == "__main__":
+    main()
