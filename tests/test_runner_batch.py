@@ -261,3 +261,13 @@ def test_user_metrics_are_merged_over_tasks(spark):
     dist = metrics["distributions"][0].committed
     assert (dist.count, dist.sum, dist.min, dist.max) == (100, 5050, 1, 100)
     assert metrics["gauges"][0].committed.value in range(1, 101)
+
+
+def test_spill_state_backend_gives_the_same_results(tmp_path):
+    def build(p):
+        return (p | beam.Create([("a", 3), ("b", 1), ("a", 1), ("a", 2)] * 3)
+                | beam.ParDo(_BufferUntilTimer())
+                | beam.Filter(lambda r: r[0] == "event"))
+    out = spark_equals_direct(build, tmp_path, ["--spark_state_backend=spill",
+                                                "--spark_state_memory=1024"])
+    assert ["event", "a", [1, 1, 1, 2, 2, 2, 3, 3, 3], 9] in out

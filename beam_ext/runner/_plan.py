@@ -156,12 +156,15 @@ def _check_supported(proto: beam_runner_api_pb2.Pipeline, native_urns: frozenset
 
 
 def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
-                  partitions: int) -> Plan:
+                  partitions: int, state_backend: str = "memory",
+                  state_memory_bytes: int = 256 << 20) -> Plan:
     native_urns = _substitute_natives(proto)
     _check_supported(proto, native_urns)
     context, stages = translations.create_and_optimize_stages(
         proto, phases=_phases(), known_runner_urns=_RUNNER_URNS | native_urns)
-    return _Planner(context, native_urns, bundle_bytes, partitions).plan(stages)
+    planner = _Planner(context, native_urns, bundle_bytes, partitions)
+    planner.state = (state_backend, state_memory_bytes)
+    return planner.plan(stages)
 
 
 class _Planner:
@@ -174,6 +177,7 @@ class _Planner:
         self._native_urns = native_urns
         self._bundle_bytes = bundle_bytes
         self._groups: dict[bytes, GroupSpec] = {}
+        self.state = ("memory", 256 << 20)
 
     def _coder(self, coder_id: str, safe: bool = False):
         if safe:
@@ -258,7 +262,9 @@ class _Planner:
             timer_families=tuple(sorted(stage.timers)),
             timer_coders=self._timer_coders(stage),
             bundle_bytes=self._bundle_bytes,
-            partitions=self._partitions)
+            partitions=self._partitions,
+            state_backend=self.state[0] if planned.keyed else "memory",
+            state_memory_bytes=self.state[1])
         return planned
 
     def _set_port(self, transform: beam_runner_api_pb2.PTransform, pcoll: str) -> None:

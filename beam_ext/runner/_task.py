@@ -49,19 +49,48 @@ class StageSpec:
     timer_coders: Mapping[tuple[str, str], Any]
     bundle_bytes: int
     partitions: int  # of the shuffles this stage writes
+    state_backend: str = "memory"  # or "spill": bag state in an LMDB SpillStore
+    state_memory_bytes: int = 256 << 20
 
 
-class _SideInputStateServicer(worker_handlers.StateServicer):
-    """User state per task; side inputs read from the broadcast dictionary."""
+class _SideInputsFirst:
+    """Serves side inputs from the broadcast dictionary, user state from the base."""
 
-    def __init__(self, side_inputs: Mapping[bytes, bytes]) -> None:
-        super().__init__()
-        self._side_inputs = side_inputs
+    _side_inputs: Mapping[bytes, bytes]
 
     def get_raw(self, state_key, continuation_token=None):
         if state_key.WhichOneof("type") in _SIDE_INPUT_TYPES:
             return self._side_inputs.get(state_key.SerializeToString(), b""), None
         return super().get_raw(state_key, continuation_token)
+
+
+class _MemoryState(_SideInputsFirst, worker_handlers.StateServicer):
+    def __init__(self, side_inputs: Mapping[bytes, bytes]) -> None:
+        super().__init__()
+        self._side_inputs = side_inputs
+
+    def close(self) -> None:
+        pass
+
+
+def _spill_state(side_inputs: Mapping[bytes, bytes], memory_bytes: int):
+    # Imported here: only stages that asked for the spill backend need LMDB.
+    import shutil
+    import tempfile
+
+    from beam_ext.state import SpillBagStateServicer, SpillStore
+
+    class _SpillState(_SideInputsFirst, SpillBagStateServicer):
+        def __init__(self) -> None:
+            self._dir = tempfile.mkdtemp(prefix="beam_ext_state_")
+            super().__init__(SpillStore(self._dir, memory_budget_bytes=memory_bytes))
+            self._side_inputs = side_inputs
+
+        def close(self) -> None:
+            self.store.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+
+    return _SpillState()
 
 
 _DESCRIPTORS: dict[bytes, beam_fn_api_pb2.ProcessBundleDescriptor] = {}
@@ -83,7 +112,8 @@ class _TaskWorker:
         self._spec = spec
         self._descriptor = _descriptor(spec)
         self._channel = data_plane.InMemoryDataChannel()
-        self._state = _SideInputStateServicer(side_inputs)
+        self._state = (_spill_state(side_inputs, spec.state_memory_bytes)
+                       if spec.state_backend == "spill" else _MemoryState(side_inputs))
         self._cache = sdk_worker.BundleProcessorCache(
             worker_handlers.FNAPI_RUNNER_CAPABILITIES,
             worker_handlers.SingletonStateHandlerFactory(
@@ -98,6 +128,7 @@ class _TaskWorker:
 
     def close(self) -> None:
         self._cache.shutdown()
+        self._state.close()
 
     # -- one bundle -------------------------------------------------------
     def run_bundle(self, inputs: Mapping[str, list[bytes]],

@@ -37,6 +37,17 @@ class SparkRunnerOptions(PipelineOptions):
             default=None,
             help="Partitions for reads and shuffles (default: Spark's default parallelism).")
         parser.add_argument(
+            "--spark_state_backend",
+            choices=["memory", "spill"],
+            default="memory",
+            help="Where stateful stages keep bag state: in memory, or in an LMDB spill "
+            "store bounded by --spark_state_memory (for state that outgrows memory).")
+        parser.add_argument(
+            "--spark_state_memory",
+            type=int,
+            default=256 << 20,
+            help="Memory budget in bytes of each task's spill store (--spark_state_backend=spill).")
+        parser.add_argument(
             "--spark_bundle_size",
             type=int,
             default=64 << 20,

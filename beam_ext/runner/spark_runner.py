@@ -91,7 +91,8 @@ class SparkRunner(runner.PipelineRunner):
         job_name = options.view_as(pipeline_options.GoogleCloudOptions).job_name or "beam_ext"
         spark = get_or_create_session(spark_options, job_name)
         parallelism = spark_options.spark_parallelism or spark.sparkContext.defaultParallelism
-        plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism)
+        plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism,
+                             spark_options.spark_state_backend, spark_options.spark_state_memory)
         _LOG.info("Running %d stages on Spark (%s, parallelism %d)", len(plan.stages),
                   spark.sparkContext.master, parallelism)
         start = time.monotonic()
