@@ -81,7 +81,7 @@ class _SlidingEngine:
         if ts >= self.clock:
             self._r.append(ts, row)
             return
-        pos = self._r.insert(ts, row)
+        self._r.insert(ts, row)
         plan, clock = self._plan, self.clock
         for e, off in enumerate(plan.offsets):
             if ts <= clock - off:
@@ -96,7 +96,6 @@ class _SlidingEngine:
                         agg.add(None)
                     elif not _is_null(row[col]):
                         agg.add(row[col])
-        del pos
 
     def _rebuild(self, w: int, a: int) -> None:
         # A FIFO structure cannot take a value in the middle: rebuild from the window's rows.
