@@ -35,6 +35,7 @@ setup(
             "parameterized",
             "mock",
             "tenacity",
+            "dill",  # Beam's pickling tests (ptransform_test) use it
         ],
         # pandas: PySpark requires it for mapInArrow (benchmarks/sliding.py).
         "bench": ["matplotlib>=3.8", "pandas>=2.2"],
