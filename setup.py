@@ -35,7 +35,7 @@ setup(
             "parameterized",
             "mock",
             "tenacity",
-            "dill",  # Beam's pickling tests (ptransform_test) use it
+            "dill==0.3.1.1",  # the version Beam requires for its compatibility-mode tests
         ],
         # pandas: PySpark requires it for mapInArrow (benchmarks/sliding.py).
         "bench": ["matplotlib>=3.8", "pandas>=2.2"],

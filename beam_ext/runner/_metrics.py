@@ -19,7 +19,12 @@ _KINDS = (metric.MetricResults.COUNTERS, metric.MetricResults.DISTRIBUTIONS,
 
 
 def _combine(old, new):
-    return old + new if isinstance(old, int) else old.combine(new)
+    if isinstance(old, int):
+        return old + new
+    if hasattr(old, "combine"):  # StringSetData, BoundedTrieData
+        return old.combine(new)
+    # DistributionResult and GaugeResult wrap the data that knows how to combine.
+    return type(old)(old.data.combine(new.data))
 
 
 class SparkMetrics(metric.MetricResults):
