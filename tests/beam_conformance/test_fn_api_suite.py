@@ -33,3 +33,10 @@ class SparkRunnerFnApiSuite(fn_runner_test.FnApiRunnerTest):
         reason = _NOT_APPLICABLE.get(self._testMethodName)
         if reason:
             pytest.skip(reason)
+
+
+def test_suite_pipelines_run_on_spark_runner():
+    """Guards the suite: every pipeline it builds must run on SparkRunner."""
+    suite = SparkRunnerFnApiSuite("test_create")
+    assert isinstance(suite.create_pipeline().runner, SparkRunner)
+    assert suite.create_pipeline(is_drain=True).runner._is_drain
