@@ -97,3 +97,26 @@ class _ExactMoments:
             return (n * self._s2 - self._s1 * self._s1) / ((n * n) << (2 * self._e))
         except OverflowError:
             return math.inf
+
+
+class _MomentsAggregator:
+    """add/remove/n over exact moments; subclasses say which moments and ``get``."""
+
+    fifo_only = False
+    _squares = False
+
+    def __init__(self) -> None:
+        self._m = _ExactMoments(squares=self._squares)
+
+    @property
+    def n(self) -> int:
+        return self._m.n
+
+    def add(self, x: float) -> None:
+        self._m.update(x, 1)
+
+    def remove(self, x: float) -> None:
+        from beam_ext.transforms.aggregators.base import _check_not_empty
+
+        _check_not_empty(self._m.n, type(self).__name__)
+        self._m.update(x, -1)

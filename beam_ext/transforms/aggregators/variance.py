@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import math
 
-from beam_ext.transforms.aggregators._exact import _ExactMoments
-from beam_ext.transforms.aggregators.base import _check_not_empty
+from beam_ext.transforms.aggregators._exact import _MomentsAggregator
 
 
-class Variance:
+class Variance(_MomentsAggregator):
     """Population variance (divisor n), correctly rounded; None when empty.
 
     O(1) per operation. Welford's update with removal (Welford 1962; the
@@ -25,21 +24,7 @@ class Variance:
     0.0
     """
 
-    fifo_only = False
-
-    def __init__(self) -> None:
-        self._m = _ExactMoments(squares=True)
-
-    @property
-    def n(self) -> int:
-        return self._m.n
-
-    def add(self, x: float) -> None:
-        self._m.update(x, 1)
-
-    def remove(self, x: float) -> None:
-        _check_not_empty(self._m.n, type(self).__name__)
-        self._m.update(x, -1)
+    _squares = True
 
     def get(self) -> float | None:
         return self._m.variance()
