@@ -21,6 +21,8 @@ _KINDS = (metric.MetricResults.COUNTERS, metric.MetricResults.DISTRIBUTIONS,
 def _combine(old, new):
     if isinstance(old, int):
         return old + new
+    if isinstance(old, (set, frozenset)):  # string sets arrive as plain sets
+        return old | new
     if hasattr(old, "combine"):  # StringSetData, BoundedTrieData
         return old.combine(new)
     # DistributionResult and GaugeResult wrap the data that knows how to combine.
