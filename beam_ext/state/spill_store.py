@@ -18,6 +18,7 @@ committed, an operating-system crash may lose the latest blocks.
 from __future__ import annotations
 
 import concurrent.futures
+import heapq
 import itertools
 import os
 import queue
@@ -37,9 +38,26 @@ __all__ = ["SpillStore", "SpillWindow", "SpillStoreError"]
 _PRESTAGE, _PURGE, _LATE_WRITE, _DESTAGE, _STOP = 0, 0, 1, 2, 9
 _VALUE_OVERHEAD = 8  # rough per-value cost of the list slot, so tiny values still count
 _INITIAL_MAP_SIZE = 64 << 20
-# Arrow's default allocator (mimalloc/jemalloc) keeps freed pages; blocks come
-# and go all the time here, so the system allocator keeps RSS near the budget.
-_POOL = pa.system_memory_pool()
+_PARALLEL_DECODE_BYTES = 1 << 20  # below this, decoding on the I/O thread is faster
+
+
+def _block_pool() -> pa.MemoryPool:
+    """Where staged and encoded blocks live: jemalloc that purges freed pages at once.
+
+    Blocks come and go all the time; Arrow's default pool (mimalloc) and glibc
+    (whose per-thread arenas keep their high-water mark) both hold on to
+    freed pages, which puts RSS far above the budget. Decay 0 only affects
+    Arrow's jemalloc pool, which Arrow does not use by default.
+    """
+    try:
+        pool = pa.jemalloc_memory_pool()
+        pa.jemalloc_set_decay_ms(0)
+        return pool
+    except (NotImplementedError, pa.ArrowNotImplementedError):  # built without jemalloc
+        return pa.system_memory_pool()
+
+
+_POOL = _block_pool()
 _WINDOW = struct.Struct(">dd")
 _SEQ = struct.Struct(">Q")
 _KEYLEN = struct.Struct(">H")
@@ -100,6 +118,7 @@ class _Window:
     readers: int = 0
     live: bool = True  # False once purged
     wanted: bool = False  # pre-staged for an upcoming re-execution
+    written: bool = False  # some block was sent to LMDB (a purge must delete there)
 
 
 @dataclass(order=True)
@@ -137,6 +156,15 @@ class SpillWindow:
 
     def add(self, values: list[bytes]) -> None:
         """Append encoded values (m-bucket while it has room, else p-bucket). O(len(values))."""
+        if not isinstance(values, list):
+            raise TypeError(f"values must be a list of bytes, got {type(values).__name__}")
+        if set(map(type, values)) - {bytes}:
+            i = next(i for i, v in enumerate(values) if type(v) is not bytes)
+            raise TypeError(f"values[{i}] must be bytes, got {type(values[i]).__name__}")
+        self._store._add(self._win, values)
+
+    def _extend(self, values: list[bytes]) -> None:
+        """:meth:`add` without the type checks, for callers that hold coder output."""
         self._store._add(self._win, values)
 
     def iter(self) -> Iterator[bytes]:
@@ -175,7 +203,11 @@ class SpillWindow:
         self._store._purge(self._win)
 
     def staging_seconds(self) -> float:
-        """Estimated time to stage this window's p-bucket, from measured staging times."""
+        """Estimated seconds until this window's p-bucket would be staged if requested now.
+
+        Measured staging time per block times the blocks already queued for
+        staging plus this window's own blocks in LMDB.
+        """
         return self._store._staging_estimate(self._win)
 
     def __len__(self) -> int:
@@ -247,17 +279,13 @@ class SpillStore:
         self._pending_ops = 0
         self._last_policy_mem = 0
         self._stage_per_block = 0.0  # EWMA of seconds to stage one block
+        self._queued_stage_blocks = 0  # requested, not yet staged: the I/O thread's backlog
         # A re-execution is an iteration of a destaged (past) window; Aion's
         # proactive caching aims to serve those from memory.
         self.stats = {"iterations": 0, "iterations_from_memory": 0,
                       "reexecutions": 0, "reexecutions_from_memory": 0,
                       "blocks_written": 0, "blocks_staged": 0, "serialize_seconds": 0.0}
         os.makedirs(self._path, exist_ok=True)
-        # Arrow's default allocator (mimalloc) keeps the pages of freed blocks
-        # and IPC compression buffers, holding RSS far above the budget; the
-        # system allocator gives them back. This is process-wide.
-        if pa.default_memory_pool().backend_name != "system":
-            pa.set_memory_pool(pa.system_memory_pool())
         try:
             self._env = lmdb.open(self._path, map_size=_INITIAL_MAP_SIZE, subdir=True,
                                   sync=False, metasync=False, max_dbs=0, lock=True)
@@ -346,11 +374,8 @@ class SpillStore:
     # -------------------------------------------------------------- policies
 
     def _add(self, win: _Window, values: list[bytes]) -> None:
-        if not isinstance(values, list):
-            raise TypeError(f"values must be a list of bytes, got {type(values).__name__}")
-        if not all(type(v) is bytes for v in values):
-            i = next(i for i, v in enumerate(values) if not isinstance(v, bytes))
-            raise TypeError(f"values[{i}] must be bytes, got {type(values[i]).__name__}")
+        # Values are checked by SpillWindow.add; in-package callers pass
+        # coder output, which is bytes by construction.
         if self._error is not None:
             self._raise_if_failed()
         with self._lock:
@@ -437,6 +462,7 @@ class SpillStore:
             b.staging = True
             b.evict = False
         if missing:
+            self._queued_stage_blocks += len(missing)
             self._submit(_PRESTAGE, "stage", win, missing)
 
     def _purge(self, win: _Window) -> None:
@@ -452,6 +478,8 @@ class SpillStore:
             win.next_seq = 0
             win.destaged = win.expired = win.live = False
             del self._windows[(win.key, *win.window)]
+            if not win.written:
+                return  # never left memory: nothing to delete, no I/O round trip
             done = threading.Event()
             self._submit(_PURGE, "delete", win, [], done)
         done.wait()
@@ -479,10 +507,13 @@ class SpillStore:
                     in_flight += before - self._releasable(win)
             # What memory will be once the planned destages are written.
             self._last_policy_mem = self._mem - in_flight
-            # Back-pressure: if the I/O thread is far behind, wait for it.
-            backlog = self._mem > 2 * self._budget and self._pending_ops > 0
-        if backlog:
-            self._drain()
+            # Back-pressure: values queued for writing stay in memory until
+            # written; past a quarter over budget, wait until the I/O thread
+            # has brought memory back under it (or has nothing left to do).
+            if self._mem > 1.25 * self._budget and self._pending_ops > 0:
+                self._lock.wait_for(lambda: self._mem <= self._budget or self._pending_ops == 0
+                                    or self._error is not None)
+        self._raise_if_failed()
 
     @staticmethod
     def _releasable(win: _Window) -> int:
@@ -490,8 +521,10 @@ class SpillStore:
                                     if b.values is not None and not b.evict)
 
     def _staging_estimate(self, win: _Window) -> float:
+        # Staging is FIFO among requests: this window waits for the backlog.
         with self._lock:
-            return self._stage_per_block * sum(1 for b in win.blocks if b.values is None)
+            own = sum(1 for b in win.blocks if b.values is None and not b.staging)
+            return self._stage_per_block * (self._queued_stage_blocks + own)
 
     def _drop(self, win: _Window, b: _Block) -> None:
         if b.values is not None:
@@ -553,6 +586,8 @@ class SpillStore:
     def _submit(self, priority: int, kind: str, win: _Window, blocks: list[_Block],
                 done: threading.Event | None = None) -> None:
         self._pending_ops += 1
+        if kind == "write":
+            win.written = True
         self._queue.put(_Op(priority, next(self._order), kind, win, win.epoch, blocks, done))
 
     def _drain(self) -> None:
@@ -565,12 +600,13 @@ class SpillStore:
             op = self._queue.get()
             if op.kind == "stop":
                 return
+            ops = [op] + (self._take_queued_stages() if op.kind == "stage" else [])
             try:
                 if self._error is None:
                     if op.kind == "write":
                         self._do_write(op)
                     elif op.kind == "stage":
-                        self._do_stage(op)
+                        self._do_stage(ops)
                     elif op.kind == "delete":
                         self._do_delete(op)
             except BaseException as e:  # surfaced to the caller on its next call
@@ -578,10 +614,26 @@ class SpillStore:
                     self._error = e
             finally:
                 with self._lock:
-                    self._pending_ops -= 1
+                    self._pending_ops -= len(ops)
                     self._lock.notify_all()
-                if op.done is not None:
-                    op.done.set()
+                for o in ops:
+                    if o.done is not None:
+                        o.done.set()
+
+    def _take_queued_stages(self) -> list[_Op]:
+        """Every stage request at the head of the queue, to serve them in one pass.
+
+        Each hand-over between the pipeline thread and this one waits for the
+        GIL (up to the interpreter's switch interval while the pipeline thread
+        runs Python), so one read transaction and one decode pass for all
+        queued windows stage far more per unit of wall time than one per window.
+        """
+        out: list[_Op] = []
+        with self._queue.mutex:  # PriorityQueue's own lock guards its heap
+            heap = self._queue.queue
+            while heap and heap[0].kind == "stage":
+                out.append(heapq.heappop(heap))
+        return out
 
     def _stale(self, op: _Op) -> bool:
         return op.win is None or op.win.epoch != op.epoch
@@ -628,24 +680,31 @@ class SpillStore:
                     self._drop(op.win, b)
         return True
 
-    def _do_stage(self, op: _Op) -> None:
+    def _do_stage(self, ops: list[_Op]) -> None:
         t0 = time.perf_counter()
-        keys = [op.win.prefix + _SEQ.pack(b.seq) for b in op.blocks]
-        raw = self._get_many(keys)
-        decoded = list(self._codec_pool.map(_decode, raw))
+        with self._lock:
+            self._queued_stage_blocks -= sum(len(op.blocks) for op in ops)
+            todo = [(op, b) for op in ops if not self._stale(op) for b in op.blocks]
+        if not todo:
+            return
+        raw = self._get_many([op.win.prefix + _SEQ.pack(b.seq) for op, b in todo])
+        if sum(map(len, raw)) >= _PARALLEL_DECODE_BYTES:
+            decoded = list(self._codec_pool.map(_decode, raw))
+        else:  # small blocks decode faster than a hand-over to the pool
+            decoded = [_decode(r) for r in raw]
         elapsed = time.perf_counter() - t0
         with self._lock:
-            if self._stale(op):
-                return
-            for b, values in zip(op.blocks, decoded):
+            for (op, b), values in zip(todo, decoded):
+                if self._stale(op):
+                    continue
                 b.staging = False
                 if b.values is None:
                     b.values = values
                     b.nbytes = _size(values)
                     self._mem += b.nbytes
                     op.win.mem += b.nbytes
-            self.stats["blocks_staged"] += len(op.blocks)
-            per_block = elapsed / max(1, len(op.blocks))
+            self.stats["blocks_staged"] += len(todo)
+            per_block = elapsed / len(todo)
             self._stage_per_block = (per_block if self._stage_per_block == 0.0
                                      else 0.8 * self._stage_per_block + 0.2 * per_block)
             self._lock.notify_all()
@@ -711,7 +770,7 @@ class SpillStore:
                         f"spill store at {self._path!r} holds a malformed key {db_key!r}") from e
                 win = self._windows.get((key, *window))
                 if win is None:
-                    win = _Window(key, window, _prefix(key, window), destaged=True)
+                    win = _Window(key, window, _prefix(key, window), destaged=True, written=True)
                     self._windows[(key, *window)] = win
                 win.blocks.append(_Block(seq, None, 0, persisted=True))
                 win.next_seq = seq + 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -162,7 +163,10 @@ class _MemoryBackend:
         self._data: dict[tuple[bytes, Window], list[bytes]] = {}
 
     def add(self, key: bytes, window: Window, value: bytes) -> None:
-        self._data.setdefault((key, window), []).append(value)
+        try:
+            self._data[key, window].append(value)
+        except KeyError:
+            self._data[key, window] = [value]
 
     def read(self, key: bytes, window: Window) -> list[bytes]:
         return list(self._data.get((key, window), ()))
@@ -189,17 +193,20 @@ class _MemoryBackend:
 class _SpillBackend:
     """Window values in a :class:`~beam_ext.state.SpillStore` (Aion's standard policy).
 
-    Appends are batched per window (``_BATCH`` values) before they reach the
-    store, which takes a lock per call; every other operation on a window
-    flushes its batch first, so the store always sees values in order.
+    Appends collect in per-window lists before they reach the store, which
+    takes a lock and accounts bytes per call: the store sees them every
+    ``_FLUSH_VALUES`` values and at every watermark advance. Every other
+    operation on a window hands over its list first, so the store always sees
+    values in order.
     """
 
-    _BATCH = 64
+    _FLUSH_VALUES = 1024  # bounds the values held outside the store's accounting
 
     def __init__(self, store: Any) -> None:
         self.store = store
         self._handles: dict[tuple[bytes, Window], Any] = {}
         self._pending: dict[tuple[bytes, Window], list[bytes]] = {}
+        self._room = self._FLUSH_VALUES  # a countdown is the cheapest per-value check
 
     def _w(self, key: bytes, window: Window) -> Any:
         kw = (key, window)
@@ -208,22 +215,22 @@ class _SpillBackend:
             h = self._handles[kw] = self.store.window(key, window)
         pending = self._pending.pop(kw, None)
         if pending:
-            h.add(pending)
+            h._extend(pending)
         return h
 
     def add(self, key: bytes, window: Window, value: bytes) -> None:
-        kw = (key, window)
-        pending = self._pending.get(kw)
-        if pending is None:
-            self._pending[kw] = [value]
-        else:
-            pending.append(value)
-            if len(pending) >= self._BATCH:
-                self._w(key, window)
+        try:
+            self._pending[key, window].append(value)
+        except KeyError:
+            self._pending[key, window] = [value]
+        self._room -= 1
+        if not self._room:
+            self.flush()
 
     def flush(self) -> None:
         for kw in list(self._pending):
             self._w(*kw)
+        self._room = self._FLUSH_VALUES
 
     def read(self, key: bytes, window: Window) -> list[bytes]:
         return list(self._w(key, window).iter())
@@ -273,7 +280,9 @@ class _LateEngine:
         self._next: dict[tuple[bytes, Window], float] = {}  # pending event-time timer
         self._seq = itertools.count()
         self._watermark = float("-inf")
-        self._step = 0.0
+        self._step = 0.0  # event time between the last two watermarks
+        self._speed = 0.0  # event seconds per wall-clock second, smoothed
+        self._advanced_at = 0.0
         self._now = 0.0
 
     def element(self, key: bytes, window: Window, value: bytes) -> None:
@@ -318,8 +327,12 @@ class _LateEngine:
     def advance_watermark(self, watermark: float) -> None:
         if watermark < self._watermark:
             raise ValueError(f"watermark cannot go back from {self._watermark} to {watermark}")
+        now = time.perf_counter()
         if self._watermark != float("-inf") and watermark != float("inf"):
             self._step = watermark - self._watermark
+            speed = self._step / max(now - self._advanced_at, 1e-6)
+            self._speed = speed if self._speed == 0.0 else 0.7 * self._speed + 0.3 * speed
+        self._advanced_at = now
         self._watermark = watermark
         self._backend.flush()  # batched appends reach the store once per watermark step
         self._fire_due()
@@ -353,29 +366,35 @@ class _LateEngine:
                 self._set_timer(kw, window[1] + nxt)
 
     def _prestage_upcoming(self) -> None:
-        # Aion's periodic-watermark case: stage a past window one watermark
-        # step (or its measured staging time, if longer) before it re-executes.
+        # Aion's periodic-watermark case: stage every window that will fire
+        # before the watermark passes now + lead, whether or not late data
+        # has arrived yet (it often arrives just before the firing, too late
+        # to stage then). On-time firings count too: the global policy may
+        # have destaged a window before its end.
+        horizon_step = self._watermark + self._step
         for t, _, key, window in self._timers:
             kw = (key, window)
-            st = self._states[kw]
-            # Aion's periodic case: stage ahead of every planned re-execution,
-            # whether or not late data has arrived yet (it often arrives just
-            # before the firing, too late to stage then).
-            if self._next.get(kw) != t or not st.on_time_fired or st.purged:
+            if self._next.get(kw) != t:
                 continue
-            nxt = _next_firing(st, window)
-            if nxt is not None and nxt <= self._watermark + self._lead(kw):
+            st = self._states[kw]
+            if st.purged:
+                continue
+            nxt = _next_firing(st, window) if st.on_time_fired else t
+            if nxt is not None and (nxt <= horizon_step
+                                    or nxt <= self._watermark + self._lead(kw)):
                 self._backend.prestage(key, window)
 
     def _lead(self, kw: tuple[bytes, Window]) -> float:
-        """How far ahead of a firing to pre-stage: two watermark steps, or Δt if longer.
+        """How far ahead of a firing, in event time, to pre-stage (Aion's Δt rule).
 
-        Two steps, not one: the I/O thread shares the interpreter with the
-        pipeline, so a window pre-staged one step ahead is sometimes still
-        being staged when it fires.
+        The next watermark step (firings are only decided at watermark
+        advances), plus the measured staging time Δt, backlog included,
+        converted to event time at the watermark's recent speed.
         """
         stage = getattr(self._backend, "staging_seconds", None)
-        return max(2 * self._step, stage(*kw) if stage is not None else 0.0)
+        if stage is None:
+            return self._step
+        return self._step + stage(*kw) * self._speed
 
     def advance_processing_time(self, now: float) -> None:
         self._now = max(self._now, now)
