@@ -39,6 +39,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
+from typing import Iterable
 
 import numpy as np
 
@@ -127,9 +128,12 @@ class _PeakSampler:
         self.peak = max(self.peak, _rss_anon())
 
 
-def _window_function(workload: str, values: list[bytes]) -> object:
+def _window_function(workload: str, values: Iterable[bytes]) -> object:
     if workload == "average":
-        return sum(int.from_bytes(v[:4], "little") for v in values) / max(1, len(values))
+        total = n = 0
+        for n, v in enumerate(values, 1):
+            total += int.from_bytes(v[:4], "little")
+        return total / max(1, n)
     bigrams: Counter = Counter()
     for v in values:
         words = v[: v.index(b"|")].split()

@@ -60,6 +60,32 @@ def test_memory_stays_under_budget_with_many_past_windows(tmp_path):
     store.close()
 
 
+def test_prestaging_is_admitted_in_deadline_order_within_its_allowance(tmp_path):
+    values = [b"%04d" % i + b"z" * 200 for i in range(40)]
+    store = SpillStore(str(tmp_path), memory_budget_bytes=1 << 20, block_bytes=1024)
+    wins = [store.window(b"k", (20.0 * i, 20.0 * i + 20)) for i in range(3)]
+    for w in wins:
+        w.add(values)
+        w.destage()
+    store.flush()
+    assert store.memory_bytes() == 0
+    one_window = sum(len(v) for v in values)  # compressed blocks take less
+    store._prestage_bytes = one_window  # room for about one window at a time
+    for w, deadline in zip(reversed(wins), (3.0, 2.0, 1.0)):
+        w.prestage(deadline)  # requested latest-first; the first one is admitted at once
+    store._drain()
+    staged_first = store.memory_bytes()
+    assert 0 < staged_first <= one_window
+    for w in (wins[2], wins[0], wins[1]):  # each read frees room for the next deadline
+        store._drain()
+        assert list(w.iter()) == values
+        store._check()
+    assert store.stats["reexecutions"] == 3
+    assert store.stats["reexecutions_from_memory"] == 3
+    assert store.memory_bytes() == 0 and store._prestaged == 0
+    store.close()
+
+
 def test_purge_removes_window_everywhere(tmp_path):
     store = SpillStore(str(tmp_path), block_bytes=16)
     w = store.window(b"k", (0.0, 1.0))

@@ -4,7 +4,13 @@ Each (key, window) keeps its values in *blocks*. A block lives in memory
 (m-bucket), in LMDB (p-bucket), or in both (persisted and staged back). One
 I/O thread does every LMDB read and write, taking requests by priority:
 pre-stage > late write > destage. Values are opaque ``bytes``; blocks are
-stored as compressed Arrow IPC (``_arrow_blocks``).
+stored as compressed Arrow IPC (``_arrow_blocks``). A staged block stays
+compressed in memory until read; the reader decodes it a slice at a time.
+
+Memory: the budget bounds the m-buckets, staged blocks and blocks waiting to
+be written (adding values waits for the I/O thread once memory is a quarter
+over budget). Pre-staging is admitted in order of planned re-execution while
+the blocks it holds fit in ``prestage_bytes``.
 
 LMDB key layout keeps a window's blocks contiguous and in insertion order::
 
@@ -38,7 +44,10 @@ __all__ = ["SpillStore", "SpillWindow", "SpillStoreError"]
 _PRESTAGE, _PURGE, _LATE_WRITE, _DESTAGE, _STOP = 0, 0, 1, 2, 9
 _VALUE_OVERHEAD = 8  # rough per-value cost of the list slot, so tiny values still count
 _INITIAL_MAP_SIZE = 64 << 20
-_PARALLEL_DECODE_BYTES = 1 << 20  # below this, decoding on the I/O thread is faster
+# Below this many bytes per write, the I/O thread encodes blocks itself: a
+# hand-over to the serialisation pool and back waits twice for the GIL.
+_PARALLEL_CODEC_BYTES = 1 << 20
+_READ_SLICE = 64  # values a reader converts from a staged block at a time
 
 
 def _block_pool() -> pa.MemoryPool:
@@ -79,23 +88,18 @@ def _parse(db_key: bytes) -> tuple[bytes, tuple[float, float], int]:
     return key, (start, end), seq
 
 
-def _size(values: "list[bytes] | pa.Array") -> int:
-    if isinstance(values, pa.Array):
-        return values.nbytes + _VALUE_OVERHEAD * len(values)
+def _size(values: "list[bytes] | bytes") -> int:
+    if type(values) is bytes:  # a staged block, still compressed
+        return len(values)
     return sum(map(len, values)) + _VALUE_OVERHEAD * len(values)
-
-
-def _decode(data: bytes) -> pa.Array:
-    # Staged blocks stay Arrow arrays until read: converting to Python bytes
-    # on the serialisation threads would spread them over per-thread malloc
-    # arenas that never shrink.
-    return decode_batch(data, _POOL).column(0)
 
 
 @dataclass(eq=False)
 class _Block:
     seq: int
-    values: "list[bytes] | pa.Array | None"  # None: only in LMDB; an Arrow array once staged
+    # A list in the m-bucket; None when only in LMDB; the compressed block
+    # once staged back (decoded by the reader: see _do_stage).
+    values: "list[bytes] | bytes | None"
     nbytes: int
     persisted: bool = False
     evict: bool = False  # drop from memory once persisted
@@ -118,6 +122,7 @@ class _Window:
     readers: int = 0
     live: bool = True  # False once purged
     wanted: bool = False  # pre-staged for an upcoming re-execution
+    held: int = 0  # bytes this window's admitted pre-staging holds of the allowance
     written: bool = False  # some block was sent to LMDB (a purge must delete there)
 
 
@@ -190,9 +195,15 @@ class SpillWindow:
         """Move the window to the p-bucket, keeping its first ``keep_fraction`` of blocks."""
         self._store._destage(self._win, keep_fraction)
 
-    def prestage(self) -> None:
-        """Ask the I/O thread to bring the p-bucket back into memory (asynchronous)."""
-        self._store._prestage(self._win)
+    def prestage(self, deadline: float | None = None) -> None:
+        """Ask the I/O thread to bring the p-bucket back into memory (asynchronous).
+
+        ``deadline`` is when the window will be read, on any clock shared by
+        the caller's requests (e.g. event time); pre-staging is admitted in
+        deadline order within ``prestage_bytes``, the rest waits until reads
+        free room. None stages at once.
+        """
+        self._store._prestage(self._win, deadline)
 
     def release(self) -> None:
         """Free pre-staged blocks of a past window whose planned re-execution did not happen."""
@@ -232,8 +243,10 @@ class SpillStore:
     what the global policy keeps in memory of a window it destages.
     ``destage_at_expiry_above`` is the fraction of the budget in use above
     which :meth:`SpillWindow.expire` destages at once (0: always, Aion's
-    standard policy). ``serialization_threads`` and ``sequential_io`` exist
-    for the ablations of Aion figure 8.
+    standard policy). ``prestage_bytes`` (default: half the budget) bounds
+    what pre-staged windows hold before they are read.
+    ``serialization_threads`` and ``sequential_io`` exist for the ablations
+    of Aion figure 8.
     """
 
     def __init__(
@@ -247,6 +260,7 @@ class SpillStore:
         serialization_threads: int = 2,
         sequential_io: bool = True,
         destage_at_expiry_above: float = 0.5,
+        prestage_bytes: int | None = None,
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
@@ -261,6 +275,8 @@ class SpillStore:
         if not 0.0 <= destage_at_expiry_above <= 1.0:
             raise ValueError(
                 f"destage_at_expiry_above must be in [0, 1], got {destage_at_expiry_above}")
+        if prestage_bytes is not None and prestage_bytes < 0:
+            raise ValueError(f"prestage_bytes must be >= 0, got {prestage_bytes}")
         if m_bucket_bytes is not None and m_bucket_bytes < 0:
             raise ValueError(f"m_bucket_bytes must be >= 0, got {m_bucket_bytes}")
         self._path = os.fspath(path)
@@ -269,6 +285,10 @@ class SpillStore:
         self._block_bytes = int(block_bytes)
         self._bootstrap = float(bootstrap_fraction)
         self._expiry_threshold = float(destage_at_expiry_above) * self._budget
+        self._prestage_bytes = int(prestage_bytes if prestage_bytes is not None
+                                   else self._budget // 2)
+        self._prestaged = 0  # bytes held by admitted pre-staging, not yet read
+        self._prestage_queue: list[tuple[float, int, _Window, int]] = []
         self._lock = threading.Condition(threading.RLock())
         self._txn_lock = threading.Lock()
         self._windows: dict[tuple[bytes, float, float], _Window] = {}
@@ -437,26 +457,63 @@ class SpillStore:
             if dirty:
                 self._submit(_DESTAGE, "write", win, dirty)
 
-    def _prestage(self, win: _Window) -> None:
+    def _prestage(self, win: _Window, deadline: float | None) -> None:
         self._raise_if_failed()
         with self._lock:
             self._check_live(win)
             win.wanted = True
             for b in win.blocks:
                 b.evict = False  # including blocks still being written by a destage
-            self._request_staging(win)
+            if deadline is None:
+                self._admit(win)
+            else:
+                heapq.heappush(self._prestage_queue,
+                               (deadline, next(self._order), win, win.epoch))
+                self._admit_prestages()
+
+    def _admit(self, win: _Window) -> None:
+        need = self._request_staging(win)
+        win.held += need
+        self._prestaged += need
+
+    def _admit_prestages(self) -> None:
+        """Start queued pre-staging, earliest deadline first, while the allowance has room.
+
+        Staging everything planned at once would hold every window of the
+        coming watermark step in memory together; in deadline order, reads
+        free room for the next windows while the I/O thread stays ahead.
+        """
+        queue_ = self._prestage_queue
+        while queue_:
+            _, _, win, epoch = queue_[0]
+            if win.epoch != epoch or not win.wanted or win.held:
+                heapq.heappop(queue_)  # read, released, purged or already admitted
+                continue
+            need = sum(b.nbytes for b in win.blocks if b.values is None and not b.staging)
+            if self._prestaged and self._prestaged + need > self._prestage_bytes:
+                return
+            heapq.heappop(queue_)
+            self._admit(win)
+
+    def _unhold(self, win: _Window) -> None:
+        if win.held:
+            self._prestaged -= win.held
+            win.held = 0
+            self._admit_prestages()
 
     def _release(self, win: _Window) -> None:
         with self._lock:
             self._check_live(win)
             win.wanted = False
+            self._unhold(win)
             if win.destaged and not win.readers:
                 for b in win.blocks:
                     b.evict = True
                     if b.persisted:
                         self._drop(win, b)
 
-    def _request_staging(self, win: _Window) -> None:
+    def _request_staging(self, win: _Window) -> int:
+        """Queue the window's blocks that are only in LMDB; returns their bytes."""
         missing = [b for b in win.blocks if b.values is None and not b.staging]
         for b in missing:
             b.staging = True
@@ -464,6 +521,7 @@ class SpillStore:
         if missing:
             self._queued_stage_blocks += len(missing)
             self._submit(_PRESTAGE, "stage", win, missing)
+        return sum(b.nbytes for b in missing)
 
     def _purge(self, win: _Window) -> None:
         self._raise_if_failed()
@@ -477,6 +535,7 @@ class SpillStore:
             win.epoch += 1  # queued writes of the old epoch are skipped
             win.next_seq = 0
             win.destaged = win.expired = win.live = False
+            self._unhold(win)
             del self._windows[(win.key, *win.window)]
             if not win.written:
                 return  # never left memory: nothing to delete, no I/O round trip
@@ -490,21 +549,24 @@ class SpillStore:
         with self._lock:
             target = self._budget * 0.8
             in_flight = 0
-            # Past windows first, then largest first (memory held is an upper
-            # bound of what a destage releases; cheap to sort by).
-            order = sorted((w for w in self._windows.values() if w.mem + w.tail_bytes),
-                           key=lambda w: (w.expired, w.mem + w.tail_bytes), reverse=True)
-            # Moderately scarce: keep a bootstrap fraction; if that is not
-            # enough, destage everything (Aion's two global policies).
-            for keep in (self._bootstrap, 0.0):
-                for win in order:
-                    if self._mem - in_flight <= target:
-                        break
-                    before = self._releasable(win)
-                    if before == 0 or win.readers or win.wanted:
-                        continue  # pre-staged data is about to be read
-                    self._destage(win, keep)
-                    in_flight += before - self._releasable(win)
+            # Largest first (memory held is an upper bound of what a destage
+            # releases; cheap to sort by); past windows before open ones,
+            # which fire at their end and would have to be staged back.
+            resident = sorted((w for w in self._windows.values() if w.mem + w.tail_bytes),
+                              key=lambda w: w.mem + w.tail_bytes, reverse=True)
+            for group in ([w for w in resident if w.expired],
+                          [w for w in resident if not w.expired]):
+                # Moderately scarce: keep a bootstrap fraction; if that is not
+                # enough, destage everything (Aion's two global policies).
+                for keep in (self._bootstrap, 0.0):
+                    for win in group:
+                        if self._mem - in_flight <= target:
+                            break
+                        before = self._releasable(win)
+                        if before == 0 or win.readers or win.wanted:
+                            continue  # pre-staged data is about to be read
+                        self._destage(win, keep)
+                        in_flight += before - self._releasable(win)
             # What memory will be once the planned destages are written.
             self._last_policy_mem = self._mem - in_flight
             # Back-pressure: values queued for writing stay in memory until
@@ -566,14 +628,20 @@ class SpillStore:
                     self._raise_if_failed()
                     if values is None:
                         raise SpillStoreError("window was purged while being iterated")
-                if isinstance(values, pa.Array):
-                    values = values.to_pylist()
-                yield values
+                if type(values) is bytes:
+                    # Converted a slice at a time: a whole staged window as
+                    # Python bytes would double its memory during the read.
+                    array = decode_batch(values, _POOL).column(0)
+                    for i in range(0, len(array), _READ_SLICE):
+                        yield array.slice(i, _READ_SLICE).to_pylist()
+                else:
+                    yield values
             yield tail
         finally:
             with self._lock:
                 win.readers -= 1
                 win.wanted = False
+                self._unhold(win)
                 if win.destaged and not win.readers and win.epoch == epoch:
                     # Aion frees a past window's m-bucket after its re-execution.
                     for b in win.blocks:
@@ -662,7 +730,10 @@ class SpillStore:
 
     def _write_blocks(self, op: _Op, todo: list) -> bool:
         t0 = time.perf_counter()
-        encoded = list(self._codec_pool.map(lambda bv: encode_values(bv[1], _POOL), todo))
+        if sum(b.nbytes for b, _ in todo) >= _PARALLEL_CODEC_BYTES:
+            encoded = list(self._codec_pool.map(lambda bv: encode_values(bv[1], _POOL), todo))
+        else:
+            encoded = [encode_values(values, _POOL) for _, values in todo]
         self.stats["serialize_seconds"] += time.perf_counter() - t0
         for (b, _), data in zip(todo, encoded):
             # One transaction per block: a crash keeps whole blocks only. The
@@ -687,14 +758,15 @@ class SpillStore:
             todo = [(op, b) for op in ops if not self._stale(op) for b in op.blocks]
         if not todo:
             return
+        # Staged blocks stay compressed until read, and the reader decodes
+        # them: decoding here would make this thread take the GIL back after
+        # every C call, each time waiting up to the switch interval while the
+        # pipeline thread runs, so staging fell behind the watermark. Compressed
+        # blocks are also several times smaller to hold.
         raw = self._get_many([op.win.prefix + _SEQ.pack(b.seq) for op, b in todo])
-        if sum(map(len, raw)) >= _PARALLEL_DECODE_BYTES:
-            decoded = list(self._codec_pool.map(_decode, raw))
-        else:  # small blocks decode faster than a hand-over to the pool
-            decoded = [_decode(r) for r in raw]
         elapsed = time.perf_counter() - t0
         with self._lock:
-            for (op, b), values in zip(todo, decoded):
+            for (op, b), values in zip(todo, raw):
                 if self._stale(op):
                     continue
                 b.staging = False
@@ -728,7 +800,9 @@ class SpillStore:
         with self._txn_lock:
             try:
                 with self._env.begin(buffers=False) as txn:
-                    out = [txn.get(k) for k in keys]
+                    # One C call (one GIL release) for the whole batch.
+                    found = dict(txn.cursor().getmulti(keys))
+                out = [found.get(k) for k in keys]
             except lmdb.Error as e:
                 raise SpillStoreError(f"spill store at {self._path!r}: read failed: {e}") from e
         for k, v in zip(keys, out):
@@ -794,7 +868,7 @@ class SpillStore:
     def _check(self) -> None:
         """Assert every invariant (for tests; O(state))."""
         with self._lock:
-            total = 0
+            total = held = 0
             for (k, s, e), win in self._windows.items():
                 assert (win.key, win.window) == (k, (s, e))
                 seqs = [b.seq for b in win.blocks]
@@ -809,5 +883,7 @@ class SpillStore:
                 assert win.mem == mem, (win.mem, mem)
                 assert win.tail_bytes == _size(win.tail)
                 assert win.readers >= 0
+                held += win.held
                 total += mem + win.tail_bytes
             assert total == self._mem, (total, self._mem)
+            assert held == self._prestaged, (held, self._prestaged)

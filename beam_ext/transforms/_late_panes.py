@@ -20,7 +20,7 @@ import heapq
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
@@ -32,6 +32,7 @@ from beam_ext.transforms.late_triggers import (
 )
 
 _MAX_TICKS = 100
+_MAX_LEAD_STEPS = 3  # pre-stage at most this many watermark steps beyond the next
 _EPS = 1e-6  # Beam's window max timestamp is end - 1 microsecond
 
 
@@ -153,7 +154,7 @@ def _next_firing(st: _PaneState, window: tuple[float, float]) -> float | None:
 # --------------------------------------------------------------------------- engine
 
 Window = tuple[float, float]
-Output = tuple[bytes, Window, list[bytes], PaneInfo]
+Output = tuple[bytes, Window, Iterator[bytes], PaneInfo]
 
 
 class _MemoryBackend:
@@ -168,8 +169,8 @@ class _MemoryBackend:
         except KeyError:
             self._data[key, window] = [value]
 
-    def read(self, key: bytes, window: Window) -> list[bytes]:
-        return list(self._data.get((key, window), ()))
+    def read(self, key: bytes, window: Window) -> Iterator[bytes]:
+        return iter(list(self._data.get((key, window), ())))
 
     def expire(self, key: bytes, window: Window) -> None:
         pass
@@ -177,7 +178,7 @@ class _MemoryBackend:
     def flush(self) -> None:
         pass
 
-    def prestage(self, key: bytes, window: Window) -> None:
+    def prestage(self, key: bytes, window: Window, deadline: float | None = None) -> None:
         pass
 
     def release(self, key: bytes, window: Window) -> None:
@@ -232,14 +233,14 @@ class _SpillBackend:
             self._w(*kw)
         self._room = self._FLUSH_VALUES
 
-    def read(self, key: bytes, window: Window) -> list[bytes]:
-        return list(self._w(key, window).iter())
+    def read(self, key: bytes, window: Window) -> Iterator[bytes]:
+        return self._w(key, window).iter()
 
     def expire(self, key: bytes, window: Window) -> None:
         self._w(key, window).expire()
 
-    def prestage(self, key: bytes, window: Window) -> None:
-        self._w(key, window).prestage()
+    def prestage(self, key: bytes, window: Window, deadline: float | None = None) -> None:
+        self._w(key, window).prestage(deadline)
 
     def release(self, key: bytes, window: Window) -> None:
         self._w(key, window).release()
@@ -263,10 +264,12 @@ class _LateEngine:
     event-time points in time order; ``advance_processing_time(t)`` fires
     :class:`AfterLateDelay` timers. Panes go to ``emit(key, window, values,
     pane)``, values after a window was purged to ``dead(key, window, value)``.
+    ``values`` is a lazy iterator (Aion's lazy iteration: a spilled window
+    streams in as it is staged) that ``emit`` must consume before returning.
     """
 
     def __init__(self, trigger: LateTrigger, cleanup: CleanupPolicy, backend: Any,
-                 emit: Callable[[bytes, Window, list[bytes], PaneInfo], None],
+                 emit: Callable[[bytes, Window, Iterator[bytes], PaneInfo], None],
                  dead: Callable[[bytes, Window, bytes], None], prestage: bool = True) -> None:
         self._trigger = trigger
         self._cleanup = cleanup
@@ -372,6 +375,7 @@ class _LateEngine:
         # to stage then). On-time firings count too: the global policy may
         # have destaged a window before its end.
         horizon_step = self._watermark + self._step
+        due = []
         for t, _, key, window in self._timers:
             kw = (key, window)
             if self._next.get(kw) != t:
@@ -382,7 +386,10 @@ class _LateEngine:
             nxt = _next_firing(st, window) if st.on_time_fired else t
             if nxt is not None and (nxt <= horizon_step
                                     or nxt <= self._watermark + self._lead(kw)):
-                self._backend.prestage(key, window)
+                due.append((nxt, kw))
+        due.sort()  # the store admits requests greedily: earliest firings first
+        for nxt, (key, window) in due:
+            self._backend.prestage(key, window, nxt)
 
     def _lead(self, kw: tuple[bytes, Window]) -> float:
         """How far ahead of a firing, in event time, to pre-stage (Aion's Δt rule).
@@ -394,7 +401,9 @@ class _LateEngine:
         stage = getattr(self._backend, "staging_seconds", None)
         if stage is None:
             return self._step
-        return self._step + stage(*kw) * self._speed
+        # Capped: requests queue in firing order anyway, and a long backlog
+        # would otherwise plan ever further ahead.
+        return self._step + min(stage(*kw) * self._speed, _MAX_LEAD_STEPS * self._step)
 
     def advance_processing_time(self, now: float) -> None:
         self._now = max(self._now, now)
