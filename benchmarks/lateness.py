@@ -411,8 +411,8 @@ def _write_report(results: list[Result], args: argparse.Namespace, out_dir: str)
         "",
         "- Memory: the spill path's RssAnon stops growing once the store reaches its budget "
         "(from about 10 past windows on) while both in-memory baselines grow with the "
-        "lateness. The plateau sits about 18 MiB above the 1-past-window run, which never "
-        "spills: the 8 MiB budget, a quarter of it again before `add()` waits for the I/O "
+        f"lateness. The plateau sits {_plateau_mib(results):.0f} MiB above the "
+        "1-past-window run, which never spills: the 8 MiB budget, a quarter of it again before `add()` waits for the I/O "
         "thread, a watermark step of input, and allocator slack. At 5 past windows the spill "
         "path holds more than the baselines: it already pays that overhead while the "
         "baselines' state is still small.",
@@ -422,24 +422,8 @@ def _write_report(results: list[Result], args: argparse.Namespace, out_dir: str)
         "pool with page decay 0. Pre-staging every window of the next step at once held up "
         "to 16 MiB; it is now admitted in firing order within half the budget, and staged "
         "blocks stay compressed until read.",
-        "- Throughput with everything in memory: against Beam's own GroupByKey the spill "
-        "path is far ahead (Beam runs its trigger state machine per element and per timer); "
-        "against our dict engine it loses 17-20 %: values reach the store through a batching "
-        "list and a lock, and are accounted byte by byte. With spilling, re-executions "
-        "decode their window from LMDB each time: 0.26-0.55x of the dict engine on the "
-        "cheap `average` function, 0.69-0.97x on `bigrams`.",
-        "- Pre-staging: the I/O thread reads every queued window in one LMDB call and leaves "
-        "decoding to the reader. Decoding on the I/O thread made it take the GIL back after "
-        "every C call, each time waiting up to the interpreter's switch interval while the "
-        "pipeline thread ran, and pre-staging fell behind: 88 % of re-executions were served "
-        "from memory before, 96 % now. The remaining misses are windows whose staging was "
-        "requested one step ahead and had not finished.",
-        "- Ablations: without pre-staging, 15 % of re-executions find their window in "
-        "memory (only windows still holding their m-bucket). One serialisation thread is "
-        "as fast as two or faster: blocks of this size encode on the I/O thread itself, "
-        "since handing them to another Python thread costs more than encoding them. "
-        "Several concurrent I/O threads without priorities lose throughput and serialise "
-        "more, as in Aion.",
+        _throughput_reading(results),
+        _prestage_reading(results, args.ablation_windows),
         "",
         "## Aion's figures beside ours",
         "",
@@ -477,6 +461,67 @@ def _write_report(results: list[Result], args: argparse.Namespace, out_dir: str)
     ]
     with open(os.path.join(out_dir, "lateness.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def _ratio_range(results: list[Result], workload: str, a: str, b: str,
+                 windows: list[int]) -> str:
+    def eps(variant: str, p: int) -> float:
+        return next(r.events_per_s for r in results if r.config.workload == workload
+                    and r.config.variant == variant and r.config.past_windows == p)
+
+    ratios = [eps(a, p) / eps(b, p) for p in windows]
+    if len(ratios) == 1:
+        return f"{ratios[0]:.2f}x"
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x"
+
+
+def _plateau_mib(results: list[Result]) -> float:
+    spill = [r for r in results if r.config.variant == "spill" and r.config.workload == "average"]
+    lo = min(spill, key=lambda r: r.config.past_windows)
+    hi = max(spill, key=lambda r: r.config.past_windows)
+    return _mb(hi.peak_rss_anon - lo.peak_rss_anon)
+
+
+def _throughput_reading(results: list[Result]) -> str:
+    ps = sorted({r.config.past_windows for r in results if r.config.variant == "spill"})
+    lo, spilling = ps[0], ps[1:]
+    parts = []
+    for workload in WORKLOADS:
+        parts.append(f"`{workload}` {_ratio_range(results, workload, 'spill', 'memory', [lo])} "
+                     f"with everything in memory and "
+                     f"{_ratio_range(results, workload, 'spill', 'memory', spilling)} "
+                     f"while spilling")
+    return (
+        "- Throughput: against Beam's own GroupByKey the spill path is far ahead at every "
+        "lateness (Beam runs its trigger state machine per element and per timer, and its "
+        "state objects keep the garbage collector busy: see the GC column). Against our "
+        "dict engine, the store's own cost: " + "; ".join(parts) + ". With everything in "
+        "memory, values reach the store through a batching list and a lock and are "
+        "accounted byte by byte, which shows on the cheap `average` function and is lost in "
+        "run-to-run noise on `bigrams`; while spilling, every re-execution decodes its "
+        "window from LMDB blocks again.")
+
+
+def _prestage_reading(results: list[Result], ablation_windows: int) -> str:
+    def hit(variant: str) -> str:
+        r = next(r for r in results if r.config.variant == variant
+                 and r.config.past_windows == ablation_windows and r.config.workload == "average")
+        return f"{100 * r.reexecutions_from_memory / max(1, r.reexecutions):.0f} %"
+
+    return (
+        "- Pre-staging: the I/O thread reads every queued window in one LMDB call and leaves "
+        "decoding to the reader. Decoding on the I/O thread made it take the GIL back after "
+        "every C call, each time waiting up to the interpreter's switch interval while the "
+        "pipeline thread ran, and pre-staging fell behind (88 % of re-executions served from "
+        "memory before this design). The remaining misses are windows whose staging was "
+        f"requested one step ahead and had not finished. Ablations ({ablation_windows} past "
+        f"windows, single runs): without pre-staging {hit('no-prestage')} of re-executions "
+        f"find their window in memory (against {hit('spill')}), only those still holding "
+        "their m-bucket. The number of serialisation threads hardly matters here: blocks "
+        "under 1 MiB encode on the I/O thread itself, since handing them to another Python "
+        "thread costs more than encoding them. Concurrent I/O threads without priorities "
+        "spend several times longer serialising (the serialisation column), as writes "
+        "contend with each other and with staging.")
 
 
 def main() -> None:
