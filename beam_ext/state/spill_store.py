@@ -56,14 +56,17 @@ def _block_pool() -> pa.MemoryPool:
     Blocks come and go all the time; Arrow's default pool (mimalloc) and glibc
     (whose per-thread arenas keep their high-water mark) both hold on to
     freed pages, which puts RSS far above the budget. Decay 0 only affects
-    Arrow's jemalloc pool, which Arrow does not use by default.
+    Arrow's jemalloc pool, which Arrow does not use by default (if the
+    process made it Arrow's default, its decay is left alone).
     """
     try:
         pool = pa.jemalloc_memory_pool()
-        pa.jemalloc_set_decay_ms(0)
-        return pool
     except (NotImplementedError, pa.ArrowNotImplementedError):  # built without jemalloc
         return pa.system_memory_pool()
+    if pa.default_memory_pool().backend_name != "jemalloc":
+        # Only ours then: a process that chose jemalloc for Arrow keeps its decay.
+        pa.jemalloc_set_decay_ms(0)
+    return pool
 
 
 _POOL = _block_pool()
