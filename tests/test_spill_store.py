@@ -135,7 +135,7 @@ class _StoreMachine(RuleBasedStateMachine):
 
     def open(self) -> None:
         self.store = SpillStore(self.dir, memory_budget_bytes=2048, block_bytes=40,
-                                m_bucket_bytes=100)
+                                m_bucket_bytes=100, prestage_bytes=60)
 
     @rule(k=st.sampled_from(_KEYS), w=st.sampled_from(_WINDOWS), n=st.integers(1, 12))
     def add(self, k, w, n):
@@ -156,6 +156,15 @@ class _StoreMachine(RuleBasedStateMachine):
     @rule(k=st.sampled_from(_KEYS), w=st.sampled_from(_WINDOWS))
     def prestage(self, k, w):
         self.store.window(k, w).prestage()
+
+    @rule(k=st.sampled_from(_KEYS), w=st.sampled_from(_WINDOWS),
+          deadline=st.floats(0.0, 100.0))
+    def prestage_by(self, k, w, deadline):
+        self.store.window(k, w).prestage(deadline)  # queued: the allowance is small
+
+    @rule(k=st.sampled_from(_KEYS), w=st.sampled_from(_WINDOWS))
+    def release(self, k, w):
+        self.store.window(k, w).release()
 
     @rule(k=st.sampled_from(_KEYS), w=st.sampled_from(_WINDOWS), take=st.integers(0, 30))
     def iterate(self, k, w, take):
