@@ -748,6 +748,8 @@ class SpillStore:
                         return False
                 self._with_resize(lambda txn: txn.put(op.win.prefix + _SEQ.pack(b.seq), data))
             with self._lock:
+                if self._stale(op):
+                    return False  # purged during the put: its memory is accounted for
                 b.persisted = True
                 self.stats["blocks_written"] += 1
                 if b.evict and not op.win.readers:
