@@ -279,41 +279,31 @@ def _write_report(results: list[Result], args: argparse.Namespace, out_dir: str)
 
     cmd = "python benchmarks/lateness.py" + (" --quick" if args.quick else "")
     main = [r for r in results if r.config.variant in VARIANTS]
-    figs = []
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, workload in zip(axes, WORKLOADS):
-        for variant, style in (("spill", "o-"), ("beam-gbk", "^-"), ("memory", "s--")):
-            rs = sorted((r for r in main if r.config.workload == workload
-                         and r.config.variant == variant), key=lambda r: r.config.past_windows)
-            ax.plot([r.config.past_windows for r in rs], [_mb(r.peak_rss_anon) for r in rs],
-                    style, label=variant)
-        ax.set_title(f"{workload}: peak RssAnon")
-        ax.set_xlabel("past windows (allowed lateness / window)")
-        ax.set_ylabel("MiB")
-        ax.legend()
-    fig.suptitle(f"reproduce: {cmd}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "lateness_memory.png"), dpi=90)
-    figs.append("lateness_memory.png")
-    plt.close(fig)
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, workload in zip(axes, WORKLOADS):
-        for variant, style in (("spill", "o-"), ("beam-gbk", "^-"), ("memory", "s--")):
-            rs = sorted((r for r in main if r.config.workload == workload
-                         and r.config.variant == variant), key=lambda r: r.config.past_windows)
-            ax.plot([r.config.past_windows for r in rs], [r.events_per_s for r in rs],
-                    style, label=variant)
-        ax.set_title(f"{workload}: throughput")
-        ax.set_xlabel("past windows")
-        ax.set_ylabel("events/s")
-        ax.set_yscale("log")
-        ax.legend()
-    fig.suptitle(f"reproduce: {cmd}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "lateness_throughput.png"), dpi=90)
-    figs.append("lateness_throughput.png")
-    plt.close(fig)
+    def by_lateness(metric, title: str, ylabel: str, filename: str, log: bool) -> None:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+        for ax, workload in zip(axes, WORKLOADS):
+            for variant, style in (("spill", "o-"), ("beam-gbk", "^-"), ("memory", "s--")):
+                rs = sorted((r for r in main if r.config.workload == workload
+                             and r.config.variant == variant),
+                            key=lambda r: r.config.past_windows)
+                ax.plot([r.config.past_windows for r in rs], [metric(r) for r in rs],
+                        style, label=variant)
+            ax.set_title(f"{workload}: {title}")
+            ax.set_xlabel("past windows (allowed lateness / window)")
+            ax.set_ylabel(ylabel)
+            if log:
+                ax.set_yscale("log")
+            ax.legend()
+        fig.suptitle(f"reproduce: {cmd}", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, filename), dpi=90)
+        plt.close(fig)
+
+    by_lateness(lambda r: _mb(r.peak_rss_anon), "peak RssAnon", "MiB", "lateness_memory.png",
+                log=False)
+    by_lateness(lambda r: r.events_per_s, "throughput", "events/s", "lateness_throughput.png",
+                log=True)
 
     abl = [r for r in results if r.config.workload == "average"
            and r.config.past_windows == args.ablation_windows
@@ -331,7 +321,6 @@ def _write_report(results: list[Result], args: argparse.Namespace, out_dir: str)
     fig.suptitle(f"average, {args.ablation_windows} past windows; reproduce: {cmd}", fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "lateness_ablations.png"), dpi=90)
-    figs.append("lateness_ablations.png")
     plt.close(fig)
 
     def row(r: Result) -> str:
