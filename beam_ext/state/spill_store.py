@@ -129,6 +129,11 @@ class _Window:
     written: bool = False  # some block was sent to LMDB (a purge must delete there)
 
 
+def _unstaged(win: _Window) -> list[_Block]:
+    """The window's blocks only in LMDB and not yet requested from the I/O thread."""
+    return [b for b in win.blocks if b.values is None and not b.staging]
+
+
 @dataclass(order=True)
 class _Op:
     priority: int
@@ -492,7 +497,7 @@ class SpillStore:
             if win.epoch != epoch or not win.wanted or win.held:
                 heapq.heappop(queue_)  # read, released, purged or already admitted
                 continue
-            need = sum(b.nbytes for b in win.blocks if b.values is None and not b.staging)
+            need = sum(b.nbytes for b in _unstaged(win))
             if self._prestaged and self._prestaged + need > self._prestage_bytes:
                 return
             heapq.heappop(queue_)
@@ -517,7 +522,7 @@ class SpillStore:
 
     def _request_staging(self, win: _Window) -> int:
         """Queue the window's blocks that are only in LMDB; returns their bytes."""
-        missing = [b for b in win.blocks if b.values is None and not b.staging]
+        missing = _unstaged(win)
         for b in missing:
             b.staging = True
             b.evict = False
@@ -588,7 +593,7 @@ class SpillStore:
     def _staging_estimate(self, win: _Window) -> float:
         # Staging is FIFO among requests: this window waits for the backlog.
         with self._lock:
-            own = sum(1 for b in win.blocks if b.values is None and not b.staging)
+            own = len(_unstaged(win))
             return self._stage_per_block * (self._queued_stage_blocks + own)
 
     def _drop(self, win: _Window, b: _Block) -> None:
@@ -696,8 +701,8 @@ class SpillStore:
 
         Each hand-over between the pipeline thread and this one waits for the
         GIL (up to the interpreter's switch interval while the pipeline thread
-        runs Python), so one read transaction and one decode pass for all
-        queued windows stage far more per unit of wall time than one per window.
+        runs Python), so one read call for all queued windows stages far more
+        per unit of wall time than one per window.
         """
         out: list[_Op] = []
         with self._queue.mutex:  # PriorityQueue's own lock guards its heap
