@@ -164,3 +164,33 @@ def test_streaming_engine_answers_over_events_arrived_so_far(events, windows, di
         assert (g is None) == (w is None)
         if g is not None:
             assert_features_close([g], [w], rel=0)
+
+
+def _plan_with_kind(kind: str) -> _Plan:
+    plan = make_plan({"w": (2, 0)}, {"x": ("mean", "v")})
+    # A frozen spec is not validated again when unpickled: a plan pickled where
+    # a kind exists can reach a worker where it does not.
+    object.__setattr__(plan.aggs[0][1], "kind", kind)
+    return plan
+
+
+_ONE_EVENT = [{"k": 1, "ts": 1.0, "v": 2.0, "m": "x", "ok": True}]
+
+
+def test_an_unknown_kind_reaching_the_vectorised_path_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"aggregations\['x'\]: unknown aggregation 'median'"):
+        vectorised(_plan_with_kind("median"), _ONE_EVENT)
+
+
+def test_an_unknown_kind_reaching_the_engine_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"unknown aggregation 'median'"):
+        engine_batch(_plan_with_kind("median"), _ONE_EVENT)
+
+
+def test_a_custom_aggregation_reaching_the_vectorised_path_is_refused():
+    from beam_ext.transforms.aggregators import Sum
+
+    plan = _Plan("k", "ts", {"w": SlidingWindow(2)}, {"c": agg.custom("v", Sum)}, None)
+    assert not plan.vectorisable
+    with pytest.raises(ValueError, match=r"aggregations\['c'\]: agg.custom\('v'\) has no vectorised form"):
+        vectorised(plan, _ONE_EVENT)

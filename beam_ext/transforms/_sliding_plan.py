@@ -7,6 +7,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from beam_ext.transforms._fields import FieldSpec, field_getter
 from beam_ext.transforms.agg import AggSpec
+from beam_ext.transforms.aggregators.registry import KINDS
 
 COUNT_ALL = -1  # column index of agg.count(): every event counts
 NATIVE_URN = "beam_ext:sliding_aggregate:v1"
@@ -61,9 +62,8 @@ class _Plan:
                 raise TypeError(f"aggregations: names must be non-empty strings, got {name!r}")
             if not isinstance(a, AggSpec):
                 raise ValueError(
-                    f"aggregations[{name!r}]: unknown aggregation {a!r}; use agg.count(), agg.sum(field), "
-                    "agg.mean, agg.min, agg.max, agg.stddev, agg.variance, agg.count_distinct "
-                    "or agg.custom(field, factory)")
+                    f"aggregations[{name!r}]: unknown aggregation {a!r}; use one of "
+                    f"{', '.join(f'agg.{k}(...)' for k in KINDS)} or agg.custom(field, factory)")
         if where is not None and not callable(where):
             raise TypeError(f"where: expected a callable event -> bool, got {where!r}")
         self.key = field_getter(key, "key")
@@ -101,7 +101,7 @@ class _Plan:
                         f"and aggregation {names[fname][0]!r} x window {names[fname][1]!r}; rename one")
                 names[fname] = (aname, wname)
                 self.features.append((fname, wi, ai))
-        self.vectorisable = all(a.kind != "custom" for _, a, _ in self.aggs)
+        self.vectorisable = all(a.vectorised is not None for _, a, _ in self.aggs)
 
     def row(self, event: Any) -> tuple:
         """The column values of an event; nulls are NaN (numeric) or None."""

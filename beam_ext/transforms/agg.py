@@ -10,15 +10,10 @@ import dataclasses
 from typing import Any, Callable, Optional
 
 from beam_ext.transforms._fields import FieldSpec
-from beam_ext.transforms.aggregators import (
-    Aggregator, Count, CountDistinct, Max, Mean, Min, StdDev, Sum, Variance)
+from beam_ext.transforms.aggregators import Aggregator
+from beam_ext.transforms.aggregators.registry import Vectorised, lookup
 
-_BUILTIN: dict[str, Callable[[], Aggregator]] = {
-    "count": Count, "sum": Sum, "mean": Mean, "min": Min, "max": Max,
-    "stddev": StdDev, "variance": Variance, "count_distinct": CountDistinct,
-}
-# Numeric aggregations read their field as float64; the others keep values as they are.
-_NUMERIC = frozenset({"sum", "mean", "min", "max", "stddev", "variance"})
+_CUSTOM = "custom"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +29,13 @@ class AggSpec:
     factory: Optional[Callable[[], Aggregator]] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.kind == "custom":
+        if self.kind == _CUSTOM:
             if not callable(self.factory):
                 raise TypeError(f"agg.custom: factory must be callable, got {self.factory!r}")
-        elif self.kind not in _BUILTIN:
-            raise ValueError(f"unknown aggregation {self.kind!r}; known: {sorted(_BUILTIN)} or agg.custom(...)")
-        if self.field is None and self.kind != "count":
+            field_optional = False
+        else:
+            field_optional = lookup(self.kind).field_optional
+        if self.field is None and not field_optional:
             raise ValueError(f"agg.{self.kind}: a field is required")
         if self.field is not None and not (isinstance(self.field, str) or callable(self.field)):
             raise TypeError(f"agg.{self.kind}: field must be a str or a callable, got {self.field!r}")
@@ -47,11 +43,16 @@ class AggSpec:
     @property
     def numeric(self) -> bool:
         """Whether values are read as float64 (nulls and NaN skipped)."""
-        return self.kind in _NUMERIC
+        return self.kind != _CUSTOM and lookup(self.kind).numeric
+
+    @property
+    def vectorised(self) -> Optional[Vectorised]:
+        """The numpy form over whole batches; None for ``agg.custom`` and kinds without one."""
+        return None if self.kind == _CUSTOM else lookup(self.kind).vectorised
 
     def make(self) -> Aggregator:
         """A fresh, empty aggregator."""
-        return self.factory() if self.kind == "custom" else _BUILTIN[self.kind]()
+        return self.factory() if self.kind == _CUSTOM else lookup(self.kind).factory()
 
     def describe(self) -> str:
         f = self.field if isinstance(self.field, str) else getattr(self.field, "__name__", "<fn>")
@@ -119,7 +120,7 @@ def custom(field: FieldSpec, factory: Callable[[], Any]) -> AggSpec:
     >>> custom("amount", Product).kind
     'custom'
     """
-    return AggSpec("custom", field, factory)
+    return AggSpec(_CUSTOM, field, factory)
 
 
 __all__ = ["AggSpec", "count", "sum", "mean", "min", "max", "stddev", "variance",

@@ -6,10 +6,19 @@ seen, makes add and remove exact inverses: no rounding residue survives a
 removal, whatever the magnitudes (1e300 next to 1e-3, amounts around 1e9 with
 cents). Answers are then correctly rounded by Python's int/int division.
 Infinities are counted apart, since they have no integer form.
+
+:class:`_ExactPrefix` is the batch twin: the same integers as prefix sums over
+a whole column, so a window's sums are two subtractions and the answers equal
+the incremental ones bit for bit.
 """
 from __future__ import annotations
 
 import math
+from typing import Any
+
+import numpy as np
+
+from beam_ext.transforms.aggregators._columnar import Column, _none_where_empty, _prefix
 
 
 class _ExactMoments:
@@ -120,3 +129,78 @@ class _MomentsAggregator:
 
         _check_not_empty(self._m.n, type(self).__name__)
         self._m.update(x, -1)
+
+
+def _divide(num: np.ndarray, den: Any) -> list:
+    """Correctly rounded int/int division, elementwise; overflow gives +-inf."""
+    try:
+        return np.true_divide(num, den).tolist()
+    except OverflowError:
+        out = []
+        for a, b in zip(num.tolist(), den.tolist() if isinstance(den, np.ndarray) else [den] * len(num)):
+            try:
+                out.append(a / b)
+            except OverflowError:
+                out.append(math.copysign(math.inf, a) * math.copysign(1, b))
+        return out
+
+
+class _ExactPrefix:
+    """Exact prefix sums of x and x^2 (nulls as 0) at a common binary scale.
+
+    Built once per column (``column.shared(_ExactPrefix)``) in O(n) integer
+    additions; each window then costs two subtractions and one division.
+    """
+
+    def __init__(self, col: Column) -> None:
+        x = col.values
+        finite = np.isfinite(x)
+        xf = np.where(finite, x, 0.0)
+        mant, exp = np.frexp(xf)
+        m = (mant * (1 << 53)).astype(np.int64)
+        # x = m * 2**(exp - 53); bring all to the finest scale 2**-E.
+        scale = 53 - exp.astype(np.int64)
+        scale[m == 0] = np.iinfo(np.int64).min
+        self.e = int(max(scale.max(initial=0), 0))
+        shift = np.where(m == 0, 0, self.e - scale)
+        ints = m.astype(object) << shift.astype(object)
+        self._ints = ints
+        self.p1 = _prefix(ints, object)
+        self._p2: np.ndarray | None = None
+        self.pinf = _prefix(x == np.inf)
+        self.ninf = _prefix(x == -np.inf)
+
+    @property
+    def p2(self) -> np.ndarray:
+        if self._p2 is None:  # only variance and stddev need squares
+            self._p2 = _prefix(self._ints * self._ints, object)
+        return self._p2
+
+    def _infinities(self, out: list, lo: np.ndarray, hi: np.ndarray, spread: bool) -> list:
+        # As _ExactMoments: +-inf for sums of one sign, NaN for both signs or for a spread.
+        pinf = self.pinf[hi] - self.pinf[lo]
+        ninf = self.ninf[hi] - self.ninf[lo]
+        for i in np.flatnonzero((pinf > 0) | (ninf > 0)).tolist():
+            if spread or (pinf[i] and ninf[i]):
+                out[i] = math.nan
+            else:
+                out[i] = math.inf if pinf[i] else -math.inf
+        return out
+
+    def totals(self, lo: np.ndarray, hi: np.ndarray) -> list:
+        """The sum of each window (0.0 when empty), as ``_ExactMoments.total``."""
+        return self._infinities(_divide(self.p1[hi] - self.p1[lo], 1 << self.e), lo, hi, False)
+
+    def means(self, lo: np.ndarray, hi: np.ndarray, cnt: np.ndarray) -> list:
+        """The mean of each window of ``cnt`` values (None when empty)."""
+        out = _divide(self.p1[hi] - self.p1[lo], np.maximum(cnt.astype(object), 1) << self.e)
+        return _none_where_empty(self._infinities(out, lo, hi, False), cnt)
+
+    def variances(self, lo: np.ndarray, hi: np.ndarray, cnt: np.ndarray) -> list:
+        """The population variance of each window of ``cnt`` values (None when empty)."""
+        s1 = self.p1[hi] - self.p1[lo]
+        s2 = self.p2[hi] - self.p2[lo]
+        n = cnt.astype(object)
+        nz = np.maximum(n, 1)
+        out = _divide(n * s2 - s1 * s1, (nz * nz) << (2 * self.e))
+        return _none_where_empty(self._infinities(out, lo, hi, True), cnt)

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from beam_ext.transforms.aggregators._columnar import Column
 from beam_ext.transforms.aggregators.base import _check_not_empty
 
 
@@ -27,3 +30,8 @@ class Count:
 
     def get(self) -> int:
         return self.n
+
+
+def count_windows(col: Column, lo: np.ndarray, hi: np.ndarray) -> list:
+    """:class:`Count` of every window ``[lo, hi)``; O(1) per window."""
+    return col.count(lo, hi).tolist()

@@ -1,7 +1,10 @@
 """Exact sum."""
 from __future__ import annotations
 
-from beam_ext.transforms.aggregators._exact import _MomentsAggregator
+import numpy as np
+
+from beam_ext.transforms.aggregators._columnar import Column
+from beam_ext.transforms.aggregators._exact import _ExactPrefix, _MomentsAggregator
 
 
 class Sum(_MomentsAggregator):
@@ -17,3 +20,8 @@ class Sum(_MomentsAggregator):
 
     def get(self) -> float:
         return self._m.total() if self._m.n else 0.0
+
+
+def sum_windows(col: Column, lo: np.ndarray, hi: np.ndarray) -> list:
+    """:class:`Sum` of every window ``[lo, hi)`` from exact prefix sums; O(1) per window."""
+    return col.shared(_ExactPrefix).totals(lo, hi)

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import math
 
-from beam_ext.transforms.aggregators._exact import _MomentsAggregator
+import numpy as np
+
+from beam_ext.transforms.aggregators._columnar import Column
+from beam_ext.transforms.aggregators._exact import _ExactPrefix, _MomentsAggregator
 
 
 class Variance(_MomentsAggregator):
@@ -41,3 +44,13 @@ class StdDev(Variance):
     def get(self) -> float | None:
         v = super().get()
         return None if v is None else math.sqrt(v)
+
+
+def variance_windows(col: Column, lo: np.ndarray, hi: np.ndarray) -> list:
+    """:class:`Variance` of every window ``[lo, hi)`` from exact prefix sums; O(1) per window."""
+    return col.shared(_ExactPrefix).variances(lo, hi, col.count(lo, hi))
+
+
+def stddev_windows(col: Column, lo: np.ndarray, hi: np.ndarray) -> list:
+    """:class:`StdDev` of every window ``[lo, hi)``: ``sqrt`` of :func:`variance_windows`."""
+    return [None if v is None else math.sqrt(v) for v in variance_windows(col, lo, hi)]
