@@ -3,11 +3,57 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
+
+from beam_ext.transforms.aggregators.registry import KINDS
 
 
 def _nonnull(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
+
+
+def _variance(vals: list) -> float | None:
+    # Exact rational arithmetic: the oracle must not round before the end.
+    if not vals:
+        return None
+    fr = [Fraction(x) for x in vals]
+    m = sum(fr) / len(fr)
+    return float(sum((x - m) ** 2 for x in fr) / len(fr))
+
+
+def _stddev(vals: list) -> float | None:
+    v = _variance(vals)
+    return None if v is None else math.sqrt(v)
+
+
+# Per kind: the answer over the non-null values of a window (one None per event
+# for a field-less kind). Every registered kind needs one; the tests check it.
+ORACLES: dict[str, Callable[[list], Any]] = {
+    "count": len,
+    "sum": lambda vals: math.fsum(float(x) for x in vals),
+    "mean": lambda vals: float(sum(map(Fraction, vals)) / len(vals)) if vals else None,
+    "min": lambda vals: min(vals) if vals else None,
+    "max": lambda vals: max(vals) if vals else None,
+    "variance": _variance,
+    "stddev": _stddev,
+    "count_distinct": lambda vals: len(set(vals)),
+}
+
+
+def every_kind(numeric_field: str, other_field: str) -> dict[str, tuple[str, str | None]]:
+    """One aggregation per registered kind and field it reads: name -> (kind, field).
+
+    Numeric kinds read ``numeric_field``; the others read both fields, and
+    field-optional kinds also run without one.
+    """
+    out: dict[str, tuple[str, str | None]] = {}
+    for kind in KINDS.values():
+        if kind.field_optional:
+            out[kind.name] = (kind.name, None)
+        fields = [numeric_field] if kind.numeric else [numeric_field, other_field]
+        for field in fields:
+            out[f"{kind.name}_{field}"] = (kind.name, field)
+    return out
 
 
 def oracle(events, key, ts, windows, aggregations, where=None):
@@ -24,32 +70,11 @@ def oracle(events, key, ts, windows, aggregations, where=None):
             members = [x for x in events if x[key] == e[key] and lo < x[ts] <= hi
                        and (where is None or where(x))]
             for aname, (kind, field) in aggregations.items():
-                vals = [x[field] for x in members if field is not None and _nonnull(x[field])]
-                if kind == "count":
-                    v = len(members) if field is None else len(vals)
-                elif kind == "sum":
-                    v = math.fsum(float(x) for x in vals)
-                elif kind == "mean":
-                    v = float(sum(map(Fraction, vals)) / len(vals)) if vals else None
-                elif kind in ("variance", "stddev"):
-                    if not vals:
-                        v = None
-                    else:
-                        # Exact rational arithmetic: the oracle must not round before the end.
-                        fr = [Fraction(x) for x in vals]
-                        m = sum(fr) / len(fr)
-                        v = float(sum((x - m) ** 2 for x in fr) / len(fr))
-                        if kind == "stddev":
-                            v = math.sqrt(v)
-                elif kind == "min":
-                    v = min(vals) if vals else None
-                elif kind == "max":
-                    v = max(vals) if vals else None
-                elif kind == "count_distinct":
-                    v = len(set(vals))
+                if field is None:
+                    vals = [None] * len(members)
                 else:
-                    raise AssertionError(kind)
-                feats[f"{aname}_{wname}"] = v
+                    vals = [x[field] for x in members if _nonnull(x[field])]
+                feats[f"{aname}_{wname}"] = ORACLES[kind](vals)
         out.append(feats)
     return out
 

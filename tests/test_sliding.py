@@ -12,14 +12,12 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
 from hypothesis import given, settings, strategies as st
 
-from _sliding_oracle import oracle
+from _sliding_oracle import every_kind, oracle
 from beam_ext import SlidingAggregate, SlidingWindow, agg
 from beam_ext.transforms.aggregators import Sum
 
 WINDOWS = {"2s": (2, 0), "5s": (5, 0), "2s_late": (2, 3)}
-AGGS = {"n": ("count", None), "total": ("sum", "amount"), "avg": ("mean", "amount"),
-        "top": ("max", "amount"), "low": ("min", "amount"), "sd": ("stddev", "amount"),
-        "var": ("variance", "amount"), "shops": ("count_distinct", "shop")}
+AGGS = every_kind("amount", "shop")  # every registered kind
 
 
 def transform(**kw):

@@ -9,15 +9,14 @@ import random
 import apache_beam as beam
 import pytest
 
-from _sliding_oracle import assert_features_close, oracle
+from _sliding_oracle import assert_features_close, every_kind, oracle
 from beam_ext import SlidingAggregate, SlidingWindow, agg
 from beam_ext.runner import SparkRunner
 from beam_ext.transforms import sliding
+from beam_ext.transforms.aggregators.registry import KINDS
 
 WINDOWS = {"3s": (3, 0), "8s": (8, 0), "3s_d2": (3, 2), "5s_d3": (5, 3)}  # edges 3 and 8 shared
-AGGS = {"n": ("count", None), "total": ("sum", "amount"), "avg": ("mean", "amount"),
-        "top": ("max", "amount"), "low": ("min", "amount"), "sd": ("stddev", "amount"),
-        "var": ("variance", "amount"), "shops": ("count_distinct", "shop"), "paid": ("count", "amount")}
+AGGS = every_kind("amount", "shop")  # every registered kind
 
 
 def _transform(**kw):
@@ -72,7 +71,7 @@ def test_native_annotation_is_dropped_for_custom_aggregates_and_streaming():
     plain._streaming = False
     assert sliding.NATIVE_URN.encode() in plain.annotations().values()
     custom = SlidingAggregate(key="card", windows={"w": SlidingWindow(1)},
-                              aggregations={"c": agg.custom("amount", agg._BUILTIN["sum"])})
+                              aggregations={"c": agg.custom("amount", KINDS["sum"].factory)})
     custom._streaming = False
     assert sliding.NATIVE_URN.encode() not in custom.annotations().values()
     plain._streaming = True
