@@ -21,6 +21,15 @@ import numpy as np
 from beam_ext.transforms.aggregators._columnar import Column, _none_where_empty, _prefix
 
 
+def _overflowed(num: int, den: int = 1) -> float:
+    """The infinity that a quotient too large for a float rounds to.
+
+    Not ``math.copysign(math.inf, num)``: that converts ``num`` to a float,
+    which overflows for the integers that get here.
+    """
+    return math.inf if (num > 0) == (den > 0) else -math.inf
+
+
 class _ExactMoments:
     """Count, exact sum and (optionally) exact sum of squares of finite floats."""
 
@@ -82,7 +91,7 @@ class _ExactMoments:
         try:
             return self._s1 / (1 << self._e)
         except OverflowError:
-            return math.copysign(math.inf, self._s1)
+            return _overflowed(self._s1)
 
     def mean(self) -> float | None:
         if self.n == 0:
@@ -93,7 +102,7 @@ class _ExactMoments:
         try:
             return self._s1 / (self.n << self._e)
         except OverflowError:
-            return math.copysign(math.inf, self._s1)
+            return _overflowed(self._s1)
 
     def variance(self) -> float | None:
         if self.n == 0:
@@ -141,7 +150,7 @@ def _divide(num: np.ndarray, den: Any) -> list:
             try:
                 out.append(a / b)
             except OverflowError:
-                out.append(math.copysign(math.inf, a) * math.copysign(1, b))
+                out.append(_overflowed(a, b))
         return out
 
 
