@@ -1,5 +1,8 @@
 """Aggregations for :class:`~beam_ext.transforms.SlidingAggregate`.
 
+One builder per kind of ``aggregators/registry.py``, which says what each
+kind computes and how; ``custom`` brings its own aggregator.
+
 >>> from beam_ext.transforms import agg
 >>> agg.sum("amount")
 AggSpec(kind='sum', field='amount')
