@@ -14,9 +14,7 @@ from typing import Any, Callable, Optional
 
 from beam_ext.transforms._fields import FieldSpec
 from beam_ext.transforms.aggregators import Aggregator
-from beam_ext.transforms.aggregators.registry import Vectorised, lookup
-
-_CUSTOM = "custom"
+from beam_ext.transforms.aggregators.registry import CUSTOM, Vectorised, lookup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +30,7 @@ class AggSpec:
     factory: Optional[Callable[[], Aggregator]] = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if self.kind == _CUSTOM:
+        if self.kind == CUSTOM:
             if not callable(self.factory):
                 raise TypeError(f"agg.custom: factory must be callable, got {self.factory!r}")
             field_optional = False
@@ -46,16 +44,16 @@ class AggSpec:
     @property
     def numeric(self) -> bool:
         """Whether values are read as float64 (nulls and NaN skipped)."""
-        return self.kind != _CUSTOM and lookup(self.kind).numeric
+        return self.kind != CUSTOM and lookup(self.kind).numeric
 
     @property
     def vectorised(self) -> Optional[Vectorised]:
         """The numpy form over whole batches; None for ``agg.custom`` and kinds without one."""
-        return None if self.kind == _CUSTOM else lookup(self.kind).vectorised
+        return None if self.kind == CUSTOM else lookup(self.kind).vectorised
 
     def make(self) -> Aggregator:
         """A fresh, empty aggregator."""
-        return self.factory() if self.kind == _CUSTOM else lookup(self.kind).factory()
+        return self.factory() if self.kind == CUSTOM else lookup(self.kind).factory()
 
     def describe(self) -> str:
         f = self.field if isinstance(self.field, str) else getattr(self.field, "__name__", "<fn>")
@@ -123,7 +121,7 @@ def custom(field: FieldSpec, factory: Callable[[], Any]) -> AggSpec:
     >>> custom("amount", Product).kind
     'custom'
     """
-    return AggSpec(_CUSTOM, field, factory)
+    return AggSpec(CUSTOM, field, factory)
 
 
 __all__ = ["AggSpec", "count", "sum", "mean", "min", "max", "stddev", "variance",

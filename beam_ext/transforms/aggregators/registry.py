@@ -36,8 +36,9 @@ from beam_ext.transforms.aggregators.variance import StdDev, Variance, stddev_wi
 #: batch column, equal to the incremental aggregator's (see ``_columnar``).
 Vectorised = Callable[[Column, np.ndarray, np.ndarray], list]
 
-# agg.custom(field, factory) brings its own factory: no table entry can take its name.
-_CUSTOM = "custom"
+#: The kind of ``agg.custom(field, factory)``, which brings its own factory:
+#: no table entry can take its name.
+CUSTOM = "custom"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,7 +62,7 @@ class Kind:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
             raise ValueError(f"Kind: name must be an identifier (it names agg.<name>), got {self.name!r}")
-        if self.name == _CUSTOM:
+        if self.name == CUSTOM:
             raise ValueError(f"Kind {self.name!r}: the name is taken by agg.custom(field, factory)")
         if not callable(self.factory):
             raise TypeError(f"Kind {self.name!r}: factory must be callable, got {self.factory!r}")
@@ -102,4 +103,4 @@ def lookup(name: str) -> Kind:
         raise ValueError(f"unknown aggregation {name!r}; known: {sorted(KINDS)} or agg.custom(...)") from None
 
 
-__all__ = ["KINDS", "Kind", "Vectorised", "lookup"]
+__all__ = ["CUSTOM", "KINDS", "Kind", "Vectorised", "lookup"]
