@@ -249,7 +249,7 @@ def test_bag_state_servicer_round_trips_fn_api_bag_state(tmp_path):
     from apache_beam.coders import VarIntCoder
     from apache_beam.portability.api import beam_fn_api_pb2
 
-    from beam_ext.state.spill_bag_state import SpillBagStateServicer
+    from beam_ext.runner.state import SpillBagStateServicer
 
     store = SpillStore(str(tmp_path), memory_budget_bytes=1024, block_bytes=32)
     servicer = SpillBagStateServicer(store)

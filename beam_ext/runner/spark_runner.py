@@ -12,10 +12,9 @@ from apache_beam.runners.pipeline_utils import (
     merge_superset_dep_environments, validate_pipeline_graph)
 from apache_beam.transforms import environments
 
-from beam_ext.runner._execute import PlanExecution
 from beam_ext.runner._metrics import SparkMetrics
-from beam_ext.runner._plan import plan_pipeline
-from beam_ext.runner._test_stream import TestStreamAsBoundedSource
+from beam_ext.runner.executors import BatchExecutor
+from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline
 from beam_ext.runner.options import SparkRunnerOptions
 from beam_ext.runner.session import get_or_create_session
 
@@ -103,7 +102,7 @@ class SparkRunner(runner.PipelineRunner):
         _LOG.info("Running %d stages on Spark (%s, parallelism %d)", len(plan.stages),
                   spark.sparkContext.master, parallelism)
         start = time.monotonic()
-        execution = PlanExecution(spark, plan, parallelism)
+        execution = BatchExecutor(spark, plan, parallelism)
         execution.run()
         _LOG.info("Pipeline done in %.2fs", time.monotonic() - start)
         return SparkPipelineResult(runner.PipelineState.DONE, execution.monitoring)

@@ -6,7 +6,6 @@ from beam_ext.state.cleanup import PredictiveCleanup
 __all__ = ["PredictiveCleanup"]
 
 # Lateness spill: window state in a bounded memory bucket plus LMDB (Aion).
-from beam_ext.state.spill_bag_state import SpillBagStateServicer
 from beam_ext.state.spill_store import SpillStore, SpillStoreError, SpillWindow
 
-__all__ += ["SpillBagStateServicer", "SpillStore", "SpillStoreError", "SpillWindow"]
+__all__ += ["SpillStore", "SpillStoreError", "SpillWindow"]

@@ -9,7 +9,7 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import WindowGroupingBuffer
 
-from beam_ext.runner._plan import SideInputSpec
+from beam_ext.runner.planning import SideInputSpec
 
 
 def side_input_state(spec: SideInputSpec, chunks: Iterable[bytes]) -> dict[bytes, bytes]:

@@ -1,11 +1,17 @@
 """One fused stage inside one Spark task, run by Beam's own bundle processor.
 
 The task is an in-process SDK worker wired the way Beam's embedded worker is
-(``EmbeddedWorkerHandler``): an in-memory data channel, a state servicer, and
-``SdkWorker``. beam_ext supplies the loop around it: inputs cut into bundles,
-timers fired until none is set (batch: the watermark is at +inf once the
-input is consumed), SDF residuals fed back, and bundle metrics returned to
-the driver as an extra record.
+(``EmbeddedWorkerHandler``): an in-memory data channel, a state servicer
+(:mod:`beam_ext.runner.state`), and ``SdkWorker``. beam_ext supplies the loop
+around it: inputs cut into bundles, SDF residuals fed back, timers fired
+while they are due under the watermark the task runs under, and bundle
+metrics returned to the driver as an extra record.
+
+The batch executor runs every task under the watermark +inf (all input is
+present), so every timer fires, again and again until none is set. A
+streaming executor passes each micro-batch's input watermark: event-time
+timers past it stay pending, and so do processing-time timers, which fire
+only at the end of input until the executor passes processing time.
 """
 from __future__ import annotations
 
@@ -20,17 +26,14 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 from apache_beam.runners.worker import bundle_processor, data_plane, sdk_worker
 from apache_beam.runners.worker.statecache import StateCache
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from beam_ext.runner._shuffle import Buckets, ShuffleWriter
+from beam_ext.runner.state import task_state
 
 _LOG = logging.getLogger(__name__)
 
 METRICS_OUTPUT = -1  # output index of the record carrying the task's metrics
-
-_SIDE_INPUT_TYPES = frozenset(
-    ["iterable_side_input", "multimap_side_input", "multimap_keys_side_input",
-     "multimap_keys_values_side_input"])
-
 
 class StageFailed(RuntimeError):
     """User code failed inside a stage; the message names the stage."""
@@ -47,50 +50,11 @@ class StageSpec:
     shuffle_writers: Mapping[int, ShuffleWriter]  # outputs feeding a GroupByKey
     timer_families: tuple[tuple[str, str], ...]
     timer_coders: Mapping[tuple[str, str], Any]
+    processing_time_timers: frozenset[tuple[str, str]]  # families in the processing-time domain
     bundle_bytes: int
     partitions: int  # of the shuffles this stage writes
     state_backend: str = "memory"  # or "spill": bag state in an LMDB SpillStore
     state_memory_bytes: int = 256 << 20
-
-
-class _SideInputsFirst:
-    """Serves side inputs from the broadcast dictionary, user state from the base."""
-
-    _side_inputs: Mapping[bytes, bytes]
-
-    def get_raw(self, state_key, continuation_token=None):
-        if state_key.WhichOneof("type") in _SIDE_INPUT_TYPES:
-            return self._side_inputs.get(state_key.SerializeToString(), b""), None
-        return super().get_raw(state_key, continuation_token)
-
-
-class _MemoryState(_SideInputsFirst, worker_handlers.StateServicer):
-    def __init__(self, side_inputs: Mapping[bytes, bytes]) -> None:
-        super().__init__()
-        self._side_inputs = side_inputs
-
-    def close(self) -> None:
-        pass
-
-
-def _spill_state(side_inputs: Mapping[bytes, bytes], memory_bytes: int):
-    # Imported here: only stages that asked for the spill backend need LMDB.
-    import shutil
-    import tempfile
-
-    from beam_ext.state import SpillBagStateServicer, SpillStore
-
-    class _SpillState(_SideInputsFirst, SpillBagStateServicer):
-        def __init__(self) -> None:
-            self._dir = tempfile.mkdtemp(prefix="beam_ext_state_")
-            super().__init__(SpillStore(self._dir, memory_budget_bytes=memory_bytes))
-            self._side_inputs = side_inputs
-
-        def close(self) -> None:
-            self.store.close()
-            shutil.rmtree(self._dir, ignore_errors=True)
-
-    return _SpillState()
 
 
 _DESCRIPTORS: dict[bytes, beam_fn_api_pb2.ProcessBundleDescriptor] = {}
@@ -112,8 +76,7 @@ class _TaskWorker:
         self._spec = spec
         self._descriptor = _descriptor(spec)
         self._channel = data_plane.InMemoryDataChannel()
-        self._state = (_spill_state(side_inputs, spec.state_memory_bytes)
-                       if spec.state_backend == "spill" else _MemoryState(side_inputs))
+        self._state = task_state(spec.state_backend, side_inputs, spec.state_memory_bytes)
         self._cache = sdk_worker.BundleProcessorCache(
             worker_handlers.FNAPI_RUNNER_CAPABILITIES,
             worker_handlers.SingletonStateHandlerFactory(
@@ -196,25 +159,31 @@ class _TaskWorker:
             else:
                 table[ident] = timer
 
-    def _take_timers(self) -> dict[tuple[str, str], bytes]:
+    def _take_timers(self, watermark: Timestamp) -> dict[tuple[str, str], bytes]:
+        """Removes and encodes the timers due under ``watermark``, per family."""
         fired: dict[tuple[str, str], bytes] = {}
+        at_end = watermark >= MAX_TIMESTAMP
         for family, table in self._pending_timers.items():
-            if not table:
+            if family in self._spec.processing_time_timers:
+                due = list(table) if at_end else []
+            else:
+                due = [ident for ident, t in table.items() if t.fire_timestamp <= watermark]
+            if not due:
                 continue
             impl = self._spec.timer_coders[family].get_impl()
             out = create_OutputStream()
             # Earliest first, so a key's timers fire in timestamp order.
-            for timer in sorted(table.values(), key=lambda t: t.fire_timestamp):
+            for timer in sorted((table.pop(ident) for ident in due),
+                                key=lambda t: t.fire_timestamp):
                 impl.encode_to_stream(timer, out, True)
             fired[family] = out.get()
-        self._pending_timers = {}
         return fired
 
-    def drain(self) -> Iterator[tuple[int, Any]]:
-        """Feeds residuals and fires timers until the stage is quiescent."""
+    def drain(self, watermark: Timestamp) -> Iterator[tuple[int, Any]]:
+        """Feeds residuals and fires due timers until nothing is due under ``watermark``."""
         while True:
             residuals, self._residuals = self._residuals, {}
-            timers = {} if residuals else self._take_timers()
+            timers = {} if residuals else self._take_timers(watermark)
             if not residuals and not timers:
                 return
             yield from self.run_bundle(residuals, timers)
@@ -243,8 +212,9 @@ class _TaskWorker:
 
 
 def run_stage_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | None,
-                        records: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
-    """Runs ``spec`` over one partition of ``(input index, chunk)`` records.
+                        records: Iterable[tuple[int, bytes]],
+                        watermark: Timestamp = MAX_TIMESTAMP) -> Iterator[tuple[int, Any]]:
+    """Runs ``spec`` over one partition of ``(input index, chunk)`` records under ``watermark``.
 
     Yields ``(output index, chunk)`` for materialized outputs,
     ``(output index, (target partition, blob))`` for shuffle outputs, and one final
@@ -263,7 +233,7 @@ def run_stage_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | No
         # Always one bundle, even for an empty partition: the stage may have
         # DoFns whose bundle methods emit (and Beam runs them on empty input).
         yield from worker.run_bundle(pending, {})
-        yield from worker.drain()
+        yield from worker.drain(watermark)
         yield from worker.flush_shuffles()
         yield METRICS_OUTPUT, worker.monitoring_infos()
     finally:

@@ -1,43 +1,29 @@
-"""Runner API proto -> fused stages, with Beam's own translation phases.
+"""Fused stages -> :class:`PlannedStage`: what an executor needs to run each one.
 
-Planning is Beam's: the same phases the FnApiRunner applies (combiner
-packing and lifting, SDF expansion, GroupByKey and Flatten expansion, greedy
-fusion, ...), plus two of ours:
-
-* ``_spread_sdf_processing``: the stage that processes SDF restrictions
-  starts a new stage, so the runner can spread the initial splits over all
-  partitions (without it a big read is processed by the one task that ran
-  the impulse);
-* native substitution: a composite annotated with a registered Spark-native
-  implementation (``beam_ext.runner.native``) becomes one runner-executed
-  transform.
-
-What comes out is a list of :class:`PlannedStage` in topological order; each
-names the buffers it reads and writes, like the FnApiRunner's buffers:
-``impulse``, ``materialize:<pcoll>``, ``group:<gbk transform>``.
+A :class:`Plan` is a list of stages in topological order; each names the
+buffers it reads and writes, like the FnApiRunner's buffers: ``impulse``,
+``materialize:<pcoll>``, ``group:<gbk transform>``. Executors (batch today,
+streaming next) run the same plan.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from apache_beam.coders import WindowedValueCoder
-from apache_beam.portability import common_urns, python_urns
+from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2, endpoints_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.runners.portability.fn_api_runner.translations import (
-    IMPULSE_BUFFER, Stage, TransformContext, split_buffer_id)
+    Stage, TransformContext, split_buffer_id)
 from apache_beam.runners import pipeline_context
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
-from beam_ext.runner import native
 from beam_ext.runner._shuffle import ShuffleWriter
-from beam_ext.runner._task import StageSpec
+from beam_ext.runner.planning._phases import SDF_PROCESS_URN
+from beam_ext.runner.worker import StageSpec
 
-_RUNNER_URNS = frozenset([common_urns.primitives.FLATTEN.urn,
-                          common_urns.primitives.GROUP_BY_KEY.urn])
-_SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
 @dataclasses.dataclass
@@ -89,86 +75,9 @@ class Plan:
     groups: dict[bytes, GroupSpec]
 
 
-def _spread_sdf_processing(stages: Iterable[Stage], context: TransformContext):
-    for stage in stages:
-        if any(t.spec.urn == _SDF_PROCESS_URN for t in stage.transforms):
-            stage.forced_root = True
-        yield stage
+class StagePlanner:
+    """Turns Beam's fused stages into :class:`PlannedStage`s."""
 
-
-def _substitute_natives(proto: beam_runner_api_pb2.Pipeline) -> frozenset[str]:
-    """Turns annotated composites with a registered implementation into leaves."""
-    urns = set()
-    components = proto.components
-    for transform in components.transforms.values():
-        urn_bytes = transform.annotations.get(native.NATIVE_URN_ANNOTATION)
-        if not urn_bytes or not transform.subtransforms:
-            continue
-        urn = urn_bytes.decode("utf-8")
-        if native.lookup_native(urn) is None:
-            continue  # no Spark implementation: run the Beam expansion
-        if len(transform.inputs) != 1 or len(transform.outputs) != 1:
-            continue
-        transform.spec.urn = urn
-        transform.spec.payload = transform.annotations[native.NATIVE_PAYLOAD_ANNOTATION]
-        del transform.subtransforms[:]
-        urns.add(urn)
-    return frozenset(urns)
-
-
-def _phases():
-    t = translations
-    return [
-        t.annotate_downstream_side_inputs,
-        t.annotate_stateful_dofns_as_roots,
-        t.fix_side_input_pcoll_coders,
-        t.pack_combiners,
-        t.lift_combiners,
-        t.expand_sdf,
-        _spread_sdf_processing,
-        t.expand_gbk,
-        t.sink_flattens,
-        t.greedily_fuse,
-        t.read_to_impulse,
-        t.impulse_to_input,
-        t.sort_stages,
-        t.add_impulse_to_dangling_transforms,
-        t.setup_timer_mapping,
-        t.populate_data_channel_coders,
-    ]
-
-
-def _check_supported(proto: beam_runner_api_pb2.Pipeline, native_urns: frozenset[str]) -> None:
-    known = (set(bundle_processor.BeamTransformFactory._known_urns) | _RUNNER_URNS | native_urns
-             | {common_urns.primitives.IMPULSE.urn} | set(translations.KNOWN_COMPOSITES)
-             # Composites whose expansion turned out empty (e.g. a reshuffle
-             # that was not needed) are leaves carrying no work.
-             | {python_urns.PICKLED_TRANSFORM, python_urns.GENERIC_COMPOSITE_TRANSFORM})
-    leaves = [t for t in proto.components.transforms.values() if not t.subtransforms]
-    for transform in leaves:
-        urn = transform.spec.urn
-        if urn and urn not in known:
-            hint = (" (streaming pipelines are not supported yet)"
-                    if urn == common_urns.primitives.TEST_STREAM.urn else "")
-            raise NotImplementedError(
-                f"SparkRunner cannot run transform {transform.unique_name!r}: "
-                f"unknown URN {urn!r}{hint}")
-
-
-def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
-                  partitions: int, state_backend: str = "memory",
-                  state_memory_bytes: int = 256 << 20, is_drain: bool = False) -> Plan:
-    native_urns = _substitute_natives(proto)
-    _check_supported(proto, native_urns)
-    context, stages = translations.create_and_optimize_stages(
-        proto, phases=_phases(), known_runner_urns=_RUNNER_URNS | native_urns,
-        is_drain=is_drain)
-    planner = _Planner(context, native_urns, bundle_bytes, partitions)
-    planner.state = (state_backend, state_memory_bytes)
-    return planner.plan(stages)
-
-
-class _Planner:
     def __init__(self, context: TransformContext, native_urns: frozenset[str],
                  bundle_bytes: int, partitions: int) -> None:
         self._partitions = partitions
@@ -253,7 +162,7 @@ class _Planner:
             planned.native = self._native_spec(native_transform)
             return planned
         planned.keyed = stage.is_stateful()
-        planned.spread = any(t.spec.urn == _SDF_PROCESS_URN for t in stage.transforms)
+        planned.spread = any(t.spec.urn == SDF_PROCESS_URN for t in stage.transforms)
         planned.spec = StageSpec(
             name=stage.name,
             descriptor=self._descriptor(stage).SerializeToString(),
@@ -262,6 +171,7 @@ class _Planner:
             shuffle_writers=shuffle_writers,
             timer_families=tuple(sorted(stage.timers)),
             timer_coders=self._timer_coders(stage),
+            processing_time_timers=self._processing_time_timers(stage),
             bundle_bytes=self._bundle_bytes,
             partitions=self._partitions,
             state_backend=self.state[0] if planned.keyed else "memory",
@@ -272,16 +182,23 @@ class _Planner:
         port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=self._context.data_channel_coders[pcoll])
         transform.spec.payload = port.SerializeToString()
 
-    def _timer_coders(self, stage: Stage) -> dict:
-        coders = {}
+    @staticmethod
+    def _timer_specs(stage: Stage):
+        """``((transform id, timer family), TimerFamilySpec)`` of every timer in ``stage``."""
         for transform in stage.transforms:
             if transform.spec.urn in translations.PAR_DO_URNS:
                 payload = proto_utils.parse_Bytes(
                     transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
                 for family, spec in payload.timer_family_specs.items():
-                    coders[(transform.unique_name, family)] = self._coder(
-                        spec.timer_family_coder_id)
-        return coders
+                    yield (transform.unique_name, family), spec
+
+    def _timer_coders(self, stage: Stage) -> dict:
+        return {family: self._coder(spec.timer_family_coder_id)
+                for family, spec in self._timer_specs(stage)}
+
+    def _processing_time_timers(self, stage: Stage) -> frozenset[tuple[str, str]]:
+        return frozenset(family for family, spec in self._timer_specs(stage)
+                         if spec.time_domain == beam_runner_api_pb2.TimeDomain.PROCESSING_TIME)
 
     def _native_spec(self, transform: beam_runner_api_pb2.PTransform) -> NativeSpec:
         in_pcoll = translations.only_element(transform.inputs.values())

@@ -1,4 +1,4 @@
-"""Driver side: plan stages -> Spark RDD operations, one Spark job per stage.
+"""The batch executor: plan stages -> Spark RDD operations, one Spark job per stage.
 
 Buffers are RDDs: ``materialize`` buffers hold chunks of encoded elements,
 ``group`` buffers hold ``(encoded key, payload)`` pairs that become a Spark
@@ -23,11 +23,11 @@ from apache_beam.runners.portability.fn_api_runner.translations import (
 
 from beam_ext.runner import native
 from beam_ext.runner._errors import translate_spark_error
-from beam_ext.runner._plan import Plan, PlannedStage
+from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner._shuffle import (
     Buckets, ElementSplitter, GroupReader, identity_partition, unpack)
-from beam_ext.runner._side_inputs import side_input_state
-from beam_ext.runner._task import METRICS_OUTPUT, run_stage_partition
+from beam_ext.runner.executors._side_inputs import side_input_state
+from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -101,8 +101,8 @@ class _SparkCounter:
         self._acc.add({self._key: n})
 
 
-class PlanExecution:
-    """Runs a :class:`Plan` on a SparkContext."""
+class BatchExecutor:
+    """Runs a :class:`Plan` once over bounded input, each task under the watermark +inf."""
 
     def __init__(self, spark, plan: Plan, parallelism: int) -> None:
         self._spark = spark

@@ -16,14 +16,17 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any
+import shutil
+import tempfile
+from typing import Any, Mapping
 
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
-from beam_ext.state.spill_store import SpillStore
+from beam_ext.runner.state._memory import SideInputsFirst
+from beam_ext.state import SpillStore
 
-__all__ = ["SpillBagStateServicer"]
+__all__ = ["SpillBagStateServicer", "spill_task_state"]
 
 _NO_WINDOW = (0.0, 0.0)
 
@@ -60,3 +63,21 @@ class SpillBagStateServicer(worker_handlers.StateServicer):
         if len(w):
             w.purge()
         return worker_handlers._Future.done()
+
+
+class _SpillTaskState(SideInputsFirst, SpillBagStateServicer):
+    """A task's spill servicer: its store lives in a temporary directory removed on close."""
+
+    def __init__(self, side_inputs: Mapping[bytes, bytes], memory_bytes: int) -> None:
+        self._dir = tempfile.mkdtemp(prefix="beam_ext_state_")
+        super().__init__(SpillStore(self._dir, memory_budget_bytes=memory_bytes))
+        self._side_inputs = side_inputs
+
+    def close(self) -> None:
+        self.store.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def spill_task_state(side_inputs: Mapping[bytes, bytes], memory_bytes: int) -> _SpillTaskState:
+    """The spill-backed state servicer of one task."""
+    return _SpillTaskState(side_inputs, memory_bytes)

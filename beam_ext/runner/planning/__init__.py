@@ -1,0 +1,34 @@
+"""Planning: a Runner API pipeline -> a :class:`Plan` of fused stages.
+
+Three steps, each in its own module: :mod:`._phases` (our phases on the
+proto, then Beam's translation phases with ours among them), :mod:`._stages`
+(each fused stage -> a :class:`PlannedStage` an executor can run), and
+:mod:`._test_stream` (a pipeline override applied before the proto is made).
+"""
+from __future__ import annotations
+
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import translations
+
+from beam_ext.runner.planning._phases import (
+    RUNNER_URNS, check_supported, optimize_phases, substitute_natives)
+from beam_ext.runner.planning._stages import (
+    GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner)
+from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource
+
+__all__ = ["GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
+           "TestStreamAsBoundedSource", "plan_pipeline"]
+
+
+def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
+                  partitions: int, state_backend: str = "memory",
+                  state_memory_bytes: int = 256 << 20, is_drain: bool = False) -> Plan:
+    """Plans ``proto`` (modified in place by native substitution)."""
+    native_urns = substitute_natives(proto)
+    check_supported(proto, native_urns)
+    context, stages = translations.create_and_optimize_stages(
+        proto, phases=optimize_phases(), known_runner_urns=RUNNER_URNS | native_urns,
+        is_drain=is_drain)
+    planner = StagePlanner(context, native_urns, bundle_bytes, partitions)
+    planner.state = (state_backend, state_memory_bytes)
+    return planner.plan(stages)

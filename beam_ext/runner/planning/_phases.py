@@ -1,0 +1,119 @@
+"""The planning phases: Beam's own, plus the two of ours, as named functions.
+
+Beam's phases are those the FnApiRunner applies (combiner packing and
+lifting, SDF expansion, GroupByKey and Flatten expansion, greedy fusion, ...).
+Ours:
+
+* :func:`substitute_natives` (on the proto, before Beam's phases): a
+  composite that declares a Spark-native URN with an implementation in the
+  runner's table becomes one runner-executed leaf::
+
+      ... -> SlidingAggregate{Map, GroupByKey, ParDo} -> ...
+      becomes
+      ... -> SlidingAggregate[beam_ext:sliding_aggregate:v1] -> ...
+
+  Every composite that declares a URN but keeps its Beam expansion is
+  logged, with the reason.
+* :func:`spread_sdf_processing` (among Beam's phases, after SDF expansion):
+  the stage that processes SDF restrictions starts a new stage, so the
+  runner can spread the initial splits over all partitions (without it a big
+  read is processed by the one task that ran the impulse)::
+
+      Impulse -> PairWithRestriction -> SplitAndSize -> Process
+      becomes
+      [Impulse -> PairWithRestriction -> SplitAndSize] -> [Process]
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Iterable
+
+from apache_beam.portability import common_urns, python_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import translations
+from apache_beam.runners.portability.fn_api_runner.translations import Stage, TransformContext
+from apache_beam.runners.worker import bundle_processor
+
+from beam_ext.runner import native
+
+_LOG = logging.getLogger("beam_ext.runner")
+
+RUNNER_URNS = frozenset([common_urns.primitives.FLATTEN.urn,
+                         common_urns.primitives.GROUP_BY_KEY.urn])
+SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
+
+Phase = Callable[[Iterable[Stage], TransformContext], Iterable[Stage]]
+
+
+def spread_sdf_processing(stages: Iterable[Stage], context: TransformContext):
+    """Makes each stage that processes SDF restrictions a root of its own."""
+    for stage in stages:
+        if any(t.spec.urn == SDF_PROCESS_URN for t in stage.transforms):
+            stage.forced_root = True
+        yield stage
+
+
+def optimize_phases() -> list[Phase]:
+    """Beam's standard phases in Beam's order, with ours where they belong."""
+    t = translations
+    return [
+        t.annotate_downstream_side_inputs,
+        t.annotate_stateful_dofns_as_roots,
+        t.fix_side_input_pcoll_coders,
+        t.pack_combiners,
+        t.lift_combiners,
+        t.expand_sdf,
+        spread_sdf_processing,
+        t.expand_gbk,
+        t.sink_flattens,
+        t.greedily_fuse,
+        t.read_to_impulse,
+        t.impulse_to_input,
+        t.sort_stages,
+        t.add_impulse_to_dangling_transforms,
+        t.setup_timer_mapping,
+        t.populate_data_channel_coders,
+    ]
+
+
+def substitute_natives(proto: beam_runner_api_pb2.Pipeline) -> frozenset[str]:
+    """Turns composites with a Spark-native implementation into leaves; returns their URNs."""
+    urns = set()
+    for transform in proto.components.transforms.values():
+        urn_bytes = transform.annotations.get(native.NATIVE_URN_ANNOTATION)
+        if not urn_bytes or not transform.subtransforms:
+            continue
+        urn = urn_bytes.decode("utf-8")
+        if native.lookup_native(urn) is None:
+            _LOG.info("step %r: no Spark-native implementation of %s; running its Beam expansion",
+                      transform.unique_name, urn)
+            continue
+        if len(transform.inputs) != 1 or len(transform.outputs) != 1:
+            _LOG.info("step %r: %s needs one input and one output, it has %d and %d; "
+                      "running its Beam expansion", transform.unique_name, urn,
+                      len(transform.inputs), len(transform.outputs))
+            continue
+        transform.spec.urn = urn
+        transform.spec.payload = transform.annotations[native.NATIVE_PAYLOAD_ANNOTATION]
+        del transform.subtransforms[:]
+        _LOG.info("step %r runs Spark-natively (%s)", transform.unique_name, urn)
+        urns.add(urn)
+    return frozenset(urns)
+
+
+def check_supported(proto: beam_runner_api_pb2.Pipeline, native_urns: frozenset[str]) -> None:
+    """Refuses, naming the transform, any leaf neither Beam's worker nor the runner can run."""
+    known = (set(bundle_processor.BeamTransformFactory._known_urns) | RUNNER_URNS | native_urns
+             | {common_urns.primitives.IMPULSE.urn} | set(translations.KNOWN_COMPOSITES)
+             # Composites whose expansion turned out empty (e.g. a reshuffle
+             # that was not needed) are leaves carrying no work.
+             | {python_urns.PICKLED_TRANSFORM, python_urns.GENERIC_COMPOSITE_TRANSFORM})
+    leaves = [t for t in proto.components.transforms.values() if not t.subtransforms]
+    for transform in leaves:
+        urn = transform.spec.urn
+        if urn and urn not in known:
+            hint = (" (streaming pipelines are not supported yet)"
+                    if urn == common_urns.primitives.TEST_STREAM.urn else "")
+            raise NotImplementedError(
+                f"SparkRunner cannot run transform {transform.unique_name!r}: "
+                f"unknown URN {urn!r}{hint}")
