@@ -38,9 +38,9 @@ import numpy as np
 
 from beam_ext.state.reservoir import EventReservoir
 from beam_ext.transforms import SlidingWindow, agg
-from beam_ext.transforms._sliding_engine import _SlidingEngine
-from beam_ext.transforms._sliding_plan import _Plan
-from beam_ext.transforms._sliding_vectorised import compute_columns
+from beam_ext.transforms.sliding._engine import _SlidingEngine
+from beam_ext.transforms.sliding._plan import _Plan
+from beam_ext.transforms.sliding._vectorised import compute_columns
 
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 WINDOWS = {"1min": MINUTE, "1h": HOUR, "1day": DAY, "7days": 7 * DAY}

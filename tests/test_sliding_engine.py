@@ -12,9 +12,9 @@ from hypothesis import given, settings, strategies as st
 from _sliding_oracle import ORACLES, assert_features_close, every_kind, oracle
 from beam_ext.state.reservoir import EventReservoir
 from beam_ext.transforms import agg
-from beam_ext.transforms._sliding_engine import _SlidingEngine, compute_sorted
-from beam_ext.transforms._sliding_plan import SlidingWindow, _Plan
-from beam_ext.transforms._sliding_vectorised import compute_batch
+from beam_ext.transforms.sliding._engine import _SlidingEngine, compute_sorted
+from beam_ext.transforms.sliding._plan import SlidingWindow, _Plan
+from beam_ext.transforms.sliding._vectorised import compute_batch
 
 # Every registered kind: numeric ones over "v", the others over "v" and "m".
 KINDS = every_kind("v", "m")

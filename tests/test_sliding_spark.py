@@ -115,8 +115,8 @@ def test_equals_spark_sql_range_frames(spark):
 
 
 def _collect_plain(events, sizes):
-    from beam_ext.transforms._sliding_plan import _Plan
-    from beam_ext.transforms._sliding_vectorised import compute_batch
+    from beam_ext.transforms.sliding._plan import _Plan
+    from beam_ext.transforms.sliding._vectorised import compute_batch
     import numpy as np
 
     plan = _Plan("card", "ts", {n: SlidingWindow(s) for n, s in sizes.items()},

@@ -6,7 +6,7 @@ import math
 from typing import Any, Callable, Mapping, Optional
 
 from beam_ext.transforms._fields import FieldSpec, field_getter
-from beam_ext.transforms.agg import AggSpec
+from beam_ext.transforms.sliding.agg import AggSpec
 from beam_ext.transforms.aggregators.registry import KINDS
 
 COUNT_ALL = -1  # column index of agg.count(): every event counts

@@ -15,7 +15,7 @@ import math
 from typing import Any, Optional
 
 from beam_ext.state.reservoir import EventReservoir
-from beam_ext.transforms._sliding_plan import COUNT_ALL, _Plan
+from beam_ext.transforms.sliding._plan import COUNT_ALL, _Plan
 
 
 def _is_null(v: Any) -> bool:

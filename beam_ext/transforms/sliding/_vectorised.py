@@ -29,8 +29,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from beam_ext.runner.native import NativeContext, register_native
-from beam_ext.transforms._sliding_plan import COUNT_ALL, NATIVE_URN, _Plan
-from beam_ext.transforms.agg import AggSpec
+from beam_ext.transforms.sliding._plan import COUNT_ALL, NATIVE_URN, _Plan
+from beam_ext.transforms.sliding.agg import AggSpec
 from beam_ext.transforms.aggregators._columnar import Column
 from beam_ext.transforms.aggregators.registry import Vectorised
 
