@@ -30,6 +30,11 @@ class TrackerAuthError(PermissionError):
     """The service refused the job token."""
 
 
+class TrackerLimitError(RuntimeError):
+    """The service refused reports that would open more substreams than its
+    ``max_open_substreams``; the agent cannot drop them, so it stops."""
+
+
 def new_token() -> int:
     """A fresh random 64-bit token for one element on one hop."""
     return secrets.randbits(64)
@@ -159,6 +164,10 @@ class LocalAgent:
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return TrackerAuthError(
                 f"tracker at {self.address} refused the job token of process {self.process_id!r}: {exc.details()}"
+            )
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return TrackerLimitError(
+                f"tracker at {self.address} refused the reports of {self.process_id!r}: {exc.details()}"
             )
         if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
             return ValueError(f"tracker at {self.address} rejected process {self.process_id!r}: {exc.details()}")

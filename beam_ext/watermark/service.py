@@ -6,14 +6,14 @@ import hmac
 import logging
 import secrets
 import threading
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import grpc
 from apache_beam.metrics import Metrics
 
 from beam_ext.clock import Clock, SystemClock
 from beam_ext.watermark import _tracker_pb2 as pb
-from beam_ext.watermark._table import TableError, TrackerTable
+from beam_ext.watermark._table import TableError, TableFull, TrackerTable
 from beam_ext.watermark._transport import (
     TOKEN_KEY,
     decode_batch,
@@ -48,6 +48,13 @@ class TrackerService:
         clock: time source for liveness (tests inject ``ManualClock``).
         restore_from: bytes of ``snapshot()`` of a previous incarnation.
         on_process_lost: ``callback(process_id, silent_seconds)``.
+        max_open_substreams: substreams open at once (about 2 kB each, plus
+            ~120 B per target process); a report that would open more is
+            refused with RESOURCE_EXHAUSTED and counted. None: no bound.
+        retire_lost: retire the open substreams a lost process blocks (its
+            source never promised them, or elements are in flight to it) and
+            stop waiting for its acknowledgements; False keeps them open
+            until it comes back.
     """
 
     def __init__(
@@ -61,6 +68,8 @@ class TrackerService:
         clock: Clock | None = None,
         restore_from: bytes | None = None,
         on_process_lost: Callable[[str, float], None] | None = None,
+        max_open_substreams: int | None = 10_000,
+        retire_lost: bool = True,
     ) -> None:
         if not isinstance(host, str) or not host:
             raise ValueError(f"host must be a non-empty string, got {host!r}")
@@ -76,10 +85,11 @@ class TrackerService:
         self._clock: Clock = clock or SystemClock()
         self._heartbeat_timeout = float(heartbeat_timeout)
         self._on_lost = on_process_lost
+        self._retire_lost = bool(retire_lost)
         if restore_from is not None:
-            self._table = TrackerTable.restore(restore_from)
+            self._table = TrackerTable.restore(restore_from, max_open_substreams=max_open_substreams)
         else:
-            self._table = TrackerTable(consistent_order=consistent_order)
+            self._table = TrackerTable(consistent_order=consistent_order, max_open_substreams=max_open_substreams)
         self._lock = threading.Lock()
         self._incarnation = secrets.randbits(64) or 1
         self._subscribers: dict[str, asyncio.Queue] = {}
@@ -102,11 +112,14 @@ class TrackerService:
                 "late_reports",
                 "resyncs",
                 "invalid_reports",
+                "open_limit_refusals",
             ],
             0,
         )
         self._rejected_metric = Metrics.counter(_NAMESPACE, "rejected_calls")
         self._late_metric = Metrics.counter(_NAMESPACE, "late_reports")
+        self._refused_metric = Metrics.counter(_NAMESPACE, "open_limit_refusals")
+        self._abandoned_metric = Metrics.counter(_NAMESPACE, "abandoned_substreams")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
@@ -191,11 +204,14 @@ class TrackerService:
             return self._table.snapshot()
 
     def stats(self) -> dict[str, int]:
-        """Counters: messages in and out, refused calls, duplicates, late reports."""
+        """Counters: messages in and out, refused calls and reports, duplicates,
+        late reports, abandoned substreams; and the substreams open now."""
         with self._lock:
             out = dict(self._stats)
             out["late_reports"] = self._table.late_reports
             out["duplicate_reports"] = self._table.duplicates
+            out["abandoned_substreams"] = self._table.abandoned_count
+            out["open_substreams"] = self._table.open_count
             return out
 
     def notified(self, substream: int | bytes) -> set[str]:
@@ -219,7 +235,11 @@ class TrackerService:
             }
 
     def check_liveness(self) -> list[str]:
-        """Report processes that newly stopped reporting; returns their ids."""
+        """Report processes that newly stopped reporting; returns their ids.
+
+        With ``retire_lost``, also retire the substreams that cannot end
+        without the processes lost now (logged and counted as abandoned).
+        """
         lost = self.lost_processes()
         fresh = [p for p in lost if p not in self._lost]
         self._lost = set(lost)
@@ -233,7 +253,32 @@ class TrackerService:
             )
             if self._on_lost is not None:
                 self._on_lost(p, lost[p])
+        if self._retire_lost:
+            self._declare_lost(sorted(lost))
         return fresh
+
+    def _declare_lost(self, agents: list[str]) -> None:
+        """Tell the table which graph processes the lost ``agents`` host."""
+        with self._lock:
+            hosts: set[str] = set()
+            for agent in agents:
+                try:
+                    hosts |= self._table.hosts_of(agent)
+                except TableError:
+                    pass  # subscribed under an id the graph does not know: hosts nothing
+            abandoned = self._table.set_lost(hosts)
+        self._note_abandoned(abandoned, hosts)
+
+    def _note_abandoned(self, abandoned: list, lost: Iterable[str]) -> None:
+        """Count and log substreams retired before every process was notified."""
+        if not abandoned:
+            return
+        self._abandoned_metric.inc(len(abandoned))
+        _log.warning(
+            "tracker: abandoned %d substream(s) that cannot end everywhere while process(es) %s are lost; "
+            "no end-of-substream notification will come for them: %s%s",
+            len(abandoned), sorted(lost), abandoned[:10], " ..." if len(abandoned) > 10 else "",
+        )
 
     async def _monitor_liveness(self) -> None:
         while True:
@@ -294,9 +339,13 @@ class TrackerService:
         with self._lock:
             try:
                 result = self._table.apply(batch)
+            except TableFull as exc:
+                self._stats["open_limit_refusals"] += 1
+                refusal, message = grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+                result = None
             except (TableError, TypeError, ValueError) as exc:
                 self._stats["invalid_reports"] += 1
-                message = str(exc)
+                refusal, message = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
                 result = None
             if result is not None:
                 self._seen(batch.process)
@@ -309,9 +358,12 @@ class TrackerService:
                 retired = self._table.take_retired(batch.process)
                 last = self._table._last_seq.get(batch.process, 0)
         if result is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+            if refusal == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                self._refused_metric.inc()
+            await context.abort(refusal, message)
         if result.late_reports:
             self._late_metric.inc(result.late_reports)
+        self._note_abandoned(result.abandoned, self._table.lost)
         self._push(result.notifications)
         return pb.ReportAck(
             incarnation=self._incarnation,
