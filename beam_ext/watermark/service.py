@@ -16,9 +16,12 @@ from beam_ext.watermark import _tracker_pb2 as pb
 from beam_ext.watermark._table import TableError, TableFull, TrackerTable
 from beam_ext.watermark._transport import (
     TOKEN_KEY,
+    Pem,
+    check_plaintext,
     decode_batch,
     encode_at,
     encode_substream,
+    read_pem,
     server_handler,
 )
 
@@ -31,6 +34,9 @@ class TrackerService:
 
     Binds to ``host`` (loopback by default) and refuses every call that does
     not carry ``token``. ``port=0`` picks a free port; ``address`` tells it.
+    With ``tls_cert`` and ``tls_key`` it serves TLS only; without them it
+    serves plaintext, which is refused on a non-loopback ``host`` unless
+    ``allow_plaintext``.
 
     Example::
 
@@ -40,7 +46,8 @@ class TrackerService:
         svc.stop()
 
     Args:
-        host: interface to bind; anything but loopback exposes the service.
+        host: interface to bind; anything but loopback exposes the service
+            (and needs TLS or ``allow_plaintext``).
         port: TCP port, 0 for any free one.
         token: the job's secret; every call must carry it.
         consistent_order: release each process's NEOSS in coarse-label order.
@@ -55,6 +62,9 @@ class TrackerService:
             source never promised them, or elements are in flight to it) and
             stop waiting for its acknowledgements; False keeps them open
             until it comes back.
+        tls_cert: the service's certificate chain (PEM bytes or a file's path).
+        tls_key: its private key (PEM bytes or a file's path).
+        allow_plaintext: serve plaintext on a non-loopback ``host`` anyway.
     """
 
     def __init__(
@@ -70,6 +80,9 @@ class TrackerService:
         on_process_lost: Callable[[str, float], None] | None = None,
         max_open_substreams: int | None = 10_000,
         retire_lost: bool = True,
+        tls_cert: Pem | None = None,
+        tls_key: Pem | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         if not isinstance(host, str) or not host:
             raise ValueError(f"host must be a non-empty string, got {host!r}")
@@ -79,6 +92,13 @@ class TrackerService:
             raise ValueError("token must be non-empty bytes: the service refuses calls without the job's token")
         if not heartbeat_timeout > 0:
             raise ValueError(f"heartbeat_timeout must be > 0 seconds, got {heartbeat_timeout!r}")
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: pass both for TLS, or neither")
+        self._tls: tuple[bytes, bytes] | None = None
+        if tls_cert is not None:
+            self._tls = (read_pem(tls_key, "tls_key"), read_pem(tls_cert, "tls_cert"))
+        else:
+            check_plaintext(host, allow_plaintext, "TrackerService host", "tls_cert and tls_key")
         self._host = host
         self._port = port
         self._token = token
@@ -146,9 +166,17 @@ class TrackerService:
         server = grpc.aio.server()
         server.add_generic_rpc_handlers((server_handler(self),))
         bind = f"[{self._host}]" if ":" in self._host and not self._host.startswith("[") else self._host
-        port = server.add_insecure_port(f"{bind}:{self._port}")
+        try:
+            if self._tls is not None:
+                port = server.add_secure_port(f"{bind}:{self._port}", grpc.ssl_server_credentials([self._tls]))
+            else:
+                port = server.add_insecure_port(f"{bind}:{self._port}")
+        except RuntimeError:  # grpc.aio raises where grpc returns 0
+            port = 0
         if port == 0:
-            raise OSError(f"TrackerService could not bind {bind}:{self._port}")
+            # gRPC says "failed to bind" for a key that does not match the certificate too.
+            hint = "; or tls_key is not the private key of tls_cert's first certificate" if self._tls else ""
+            raise OSError(f"TrackerService could not bind {bind}:{self._port} (address in use?{hint})")
         await server.start()
         self._server = server
         self._address = f"{bind}:{port}"
