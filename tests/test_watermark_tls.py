@@ -23,7 +23,7 @@ GRAPH = {"src/0": [], "sink/0": ["src/0"]}
 
 
 def _certificate(subject: str, key, issuer_name: str, issuer_key, ca: bool, names=()):
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     builder = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))

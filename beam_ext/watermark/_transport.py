@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 import grpc
 
@@ -19,7 +19,7 @@ from beam_ext.watermark._table import Batch, Substream
 SERVICE = "beam_ext.watermark.Tracker"
 TOKEN_KEY = "beam-ext-job-token-bin"
 
-Pem = Union[bytes, str, os.PathLike]  # PEM itself, or a path to a PEM file
+Pem = bytes | str | os.PathLike  # PEM itself, or a path to a PEM file
 
 _METHODS = {
     "Hello": ("unary_unary", pb.HelloRequest, pb.HelloReply),
