@@ -239,6 +239,43 @@ def test_config_rejects_bad_arguments(kwargs, match):
         SamplerConfig(**{"window": 3.0, "substream": 0.6, **kwargs})
 
 
+_INF, _NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    (dict(window=_INF), ValueError, r"window must be a finite number of seconds > 0, got inf"),
+    (dict(window=-_INF), ValueError, r"window must be a finite .*got -inf"),
+    (dict(window=_NAN), ValueError, r"window must be a finite .*got nan"),
+    (dict(substream=_INF), ValueError, r"substream must be a finite .*got inf"),
+    (dict(substream=-0.6), ValueError, r"substream must be a finite number of seconds > 0"),
+    (dict(window=1e-9, substream=1e-9), ValueError, r"window must be at least 1 microsecond"),
+    (dict(substream=1e-9), ValueError, r"substream must be at least 1 microsecond"),
+    (dict(offset=_INF), ValueError, r"offset must be a finite number of seconds, got inf"),
+    (dict(offset=_NAN), ValueError, r"offset must be a finite"),
+    (dict(error=_NAN), ValueError, r"error must be in \(0, 1\), got nan"),
+    (dict(confidence=_INF), ValueError, r"confidence must be in \(0, 1\), got inf"),
+    (dict(safety=_NAN), ValueError, r"safety must be in \(0, 1\], got nan"),
+    (dict(window="3"), TypeError, r"window must be a number of seconds, got '3'"),
+    (dict(error="0.1"), TypeError, r"error must be a number, got '0.1'"),
+    (dict(history=_INF), ValueError, r"history must be an int >= 1, got inf"),
+    (dict(history=True), ValueError, r"history must be an int >= 1, got True"),
+    (dict(min_history=0), ValueError, r"min_history must be None or an int >= 1, got 0"),
+    (dict(min_history=2.0), ValueError, r"min_history must be None or an int >= 1, got 2.0"),
+    (dict(seed=1.5), TypeError, r"seed must be an int, got 1.5"),
+    (dict(seed=_INF), TypeError, r"seed must be an int, got inf"),
+])
+def test_config_rejects_non_finite_and_mistyped_numbers(kwargs, exc, match):
+    # Each message names the argument: no bare OverflowError or ZeroDivisionError.
+    with pytest.raises(exc, match=match):
+        SamplerConfig(**{"window": 3.0, "substream": 0.6, **kwargs})
+
+
+def test_config_accepts_numpy_numbers():
+    cfg = SamplerConfig(window=np.float64(3.0), substream=np.float32(0.6),
+                        history=np.int64(4), seed=np.int32(7), min_history=np.int8(2))
+    assert cfg.k == 5
+
+
 # ------------------------------------------------------------- online --
 
 def test_online_driver_releases_batch_panes_when_the_clock_passes_them():

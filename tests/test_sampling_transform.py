@@ -88,6 +88,14 @@ def test_count_without_value():
     (dict(window=window.SlidingWindows(3.0, 1.0)), ValueError, "tumbling"),
     (dict(window="3s"), TypeError, "window"),
     (dict(aggregate="p99"), ValueError, "aggregate"),
+    (dict(window=float("inf")), ValueError, "window must be a finite number of seconds > 0"),
+    (dict(window=float("nan")), ValueError, "window must be a finite number of seconds > 0"),
+    (dict(substream=float("inf")), ValueError, "substream must be a finite number"),
+    (dict(substream=1e-9), ValueError, "substream must be at least 1 microsecond"),
+    (dict(error=float("nan")), ValueError, "error"),
+    (dict(safety=float("inf")), ValueError, "safety"),
+    (dict(history=float("inf")), ValueError, "history"),
+    (dict(seed=1.5), TypeError, "seed must be an int"),
 ])
 def test_rejects_bad_arguments(kwargs, exc, match):
     args = {"window": 3.0, "value": "v", **kwargs}

@@ -8,7 +8,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from beam_ext.clock import ManualClock
-from beam_ext.watermark import LocalAgent, TrackerAuthError, TrackerService, new_token
+from beam_ext.watermark import (
+    LocalAgent,
+    TrackerAuthError,
+    TrackerLimitError,
+    TrackerService,
+    new_token,
+)
 from beam_ext.watermark import _tracker_pb2 as pb
 from beam_ext.watermark._transport import TOKEN_KEY, client_stubs
 from beam_ext.watermark.firm import FirmBound
@@ -373,3 +379,68 @@ def test_public_names_are_re_exported():
 
     for name in ("TrackerService", "LocalAgent", "FirmBound", "PunctuationTracker", "new_token"):
         assert getattr(beam_ext, name) is getattr(wm, name)
+
+
+# -- bounded open substreams, lost processes ------------------------------------------
+
+def test_open_substream_bound_refuses_the_reporter_clearly():
+    s = TrackerService(token=TOKEN, max_open_substreams=3).start()
+    s.register_graph(DIAMOND)
+    a = LocalAgent(s.address, "src/0", TOKEN, flush_interval=None)
+    for k in range(3):
+        a.sent(k, new_token(), to="mid/0")  # never promised
+    a.flush()
+    a.sent(3, new_token(), to="mid/0")
+    with pytest.raises(TrackerLimitError, match=r"refused the reports of 'src/0'.*max_open_substreams=3"):
+        a.flush()
+    # Its reports can be neither applied nor dropped: the agent stays failed.
+    with pytest.raises(TrackerLimitError):
+        a.sent(0, new_token(), to="mid/0")
+    stats = s.stats()
+    assert stats["open_limit_refusals"] == 1
+    assert stats["open_substreams"] == 3
+    assert stats["invalid_reports"] == 0
+    a.close()
+    with pytest.raises(ValueError, match="max_open_substreams"):
+        TrackerService(token=TOKEN, max_open_substreams=0)
+    s.stop()
+
+
+@pytest.mark.parametrize("retire_lost", [True, False])
+def test_substreams_a_lost_source_never_promised_are_retired(caplog, retire_lost):
+    caplog.set_level(logging.WARNING)
+    clock = ManualClock(0.0)
+    s = TrackerService(token=TOKEN, clock=clock, heartbeat_timeout=5.0, retire_lost=retire_lost).start()
+    s.register_graph({"src/0": [], "src/1": [], "sink/0": ["src/0", "src/1"]})
+    ag = _agents(s, ["src/0", "src/1", "sink/0"])
+    ag["src/0"].promise(0)
+    ag["src/0"].flush()  # src/0 promises substream 0 only, then falls silent
+    clock.advance(3.0)
+    toks = {k: new_token() for k in range(4)}
+    for k in range(4):
+        ag["src/1"].sent(k, toks[k], to="sink/0")
+        ag["src/1"].promise(k)
+        ag["sink/0"].received(k, toks[k])
+    ag["src/1"].flush()
+    ag["sink/0"].flush()
+    assert ag["sink/0"].wait(0, timeout=30)
+    ag["sink/0"].flush()  # acknowledges 0, which retires
+    assert s.stats()["open_substreams"] == 3
+    clock.advance(3.0)  # src/0 silent for 6 s, the others for 3 s
+    s.check_liveness()  # (the service's own monitor may have run it first)
+    assert list(s.lost_processes()) == ["src/0"]
+    stats = s.stats()
+    if not retire_lost:
+        assert stats["open_substreams"] == 3 and stats["abandoned_substreams"] == 0
+        assert s.waiting_on(1)["missing_promises"] == ["src/0"]
+    else:
+        assert stats["open_substreams"] == 0 and stats["abandoned_substreams"] == 3
+        assert "abandoned 3 substream(s) that cannot end everywhere while process(es) ['src/0']" in caplog.text
+        assert s.waiting_on(1) == {} and s.notified(1) == set()
+        # src/0 comes back: its report on a retired substream is counted late, not applied.
+        ag["src/0"].sent(1, new_token(), to="sink/0")
+        ag["src/0"].flush()
+        assert s.stats()["late_reports"] == 1 and s.stats()["open_substreams"] == 0
+    assert not ag["sink/0"].ended(1)
+    _close(ag)
+    s.stop()

@@ -6,7 +6,7 @@ and received and receives end-of-substream notifications (NEOSS).
 ``PunctuationTracker`` is the classic baseline; ``simulate`` runs both on a
 threaded dataflow. See docs/watermark.md.
 """
-from beam_ext.watermark.agent import HostedAgent, LocalAgent, TrackerAuthError, new_token
+from beam_ext.watermark.agent import HostedAgent, LocalAgent, TrackerAuthError, TrackerLimitError, new_token
 from beam_ext.watermark.firm import FirmBound
 from beam_ext.watermark.punctuation import PunctuationTracker
 from beam_ext.watermark.service import TrackerService
@@ -19,6 +19,7 @@ __all__ = [
     "PunctuationTracker",
     "SimResult",
     "TrackerAuthError",
+    "TrackerLimitError",
     "TrackerService",
     "Workload",
     "new_token",

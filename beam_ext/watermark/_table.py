@@ -8,6 +8,12 @@ source promised ``s`` and every segment upstream of ``p`` (``p`` included)
 XORs to zero (lemma 4). With ``consistent_order`` the notifications of each
 process are released in (label, substream) order (table 5).
 
+A substream retires once every target acknowledged its NEOSS. Processes
+declared lost are not waited for; a substream that cannot end without one
+(a lost source did not promise it, or elements are in flight to a lost
+process) is retired at once, *abandoned*: no NEOSS will be sent for it.
+``max_open_substreams`` bounds the substreams open at once.
+
 The table is pure logic: no clock, no I/O. ``TrackerService`` wraps it.
 """
 from __future__ import annotations
@@ -53,6 +59,10 @@ def order_key(substream: Substream) -> tuple:
 
 class TableError(ValueError):
     """A report the table refuses; nothing of the batch was applied."""
+
+
+class TableFull(TableError):
+    """A report that would open more substreams than ``max_open_substreams``."""
 
 
 @dataclass
@@ -102,6 +112,7 @@ class ApplyResult:
     status: str  # "applied", "duplicate" or "buffered"
     notifications: dict[str, list[Substream]] = field(default_factory=dict)
     late_reports: int = 0
+    abandoned: list[Substream] = field(default_factory=list)  # retired before all were notified
 
 
 class TrackerTable:
@@ -118,14 +129,26 @@ class TrackerTable:
     {'sink': [7]}
     """
 
-    def __init__(self, consistent_order: bool = True) -> None:
+    def __init__(self, consistent_order: bool = True, max_open_substreams: int | None = None) -> None:
+        if max_open_substreams is not None and (
+            isinstance(max_open_substreams, bool)
+            or not isinstance(max_open_substreams, int)
+            or max_open_substreams < 1
+        ):
+            raise ValueError(f"max_open_substreams must be an int >= 1 or None, got {max_open_substreams!r}")
         self.consistent_order = bool(consistent_order)
+        self.max_open_substreams = max_open_substreams
         self._upstream: dict[str, frozenset[str]] = {}
         self._sources: frozenset[str] = frozenset()
         self._targets: tuple[str, ...] = ()
         self._watch: dict[str, frozenset[str]] = {}  # p -> segments upstream of p, p included
         self._entries: dict[Substream, _Entry] = {}
         self._retired: set[Substream] = set()
+        # Retired before every target was notified: who had been, for notified().
+        self._abandoned: dict[Substream, frozenset[str]] = {}
+        self._abandoned_now: list[Substream] = []  # by the current apply() or set_lost()
+        self._lost: frozenset[str] = frozenset()
+        self._live_targets: frozenset[str] = frozenset()
         self._last_seq: dict[str, int] = {}
         self._buffered: dict[str, dict[int, Batch]] = {}
         self._heaps: dict[str, list[tuple[tuple, Substream]]] = {}
@@ -171,6 +194,7 @@ class TrackerTable:
         self._sources = sources
         self._targets = tuple(sorted(p for p in upstream if p not in sources))
         self._target_set = frozenset(self._targets)
+        self._live_targets = self._target_set - self._lost
         self._watch = {p: self._closure(p) for p in upstream}
         # segment -> targets that watch it: a non-zero segment blocks exactly these.
         reach: dict[str, set[str]] = {p: set() for p in upstream}
@@ -222,7 +246,9 @@ class TrackerTable:
         p = batch.process
         notes: dict[str, list[Substream]] = {}
         late_before = self.late_reports
+        self._abandoned_now = []
         if batch.resync:
+            self._check_capacity([batch])
             for seq in [s for s in self._buffered.get(p, {}) if s <= batch.seq]:
                 del self._buffered[p][seq]
             touched = self._apply_resync(batch)
@@ -236,13 +262,43 @@ class TrackerTable:
             if batch.seq > last + 1:
                 self._buffered.setdefault(p, {})[batch.seq] = batch
                 return ApplyResult("buffered")
+            # The batch releases the held ones that follow it: all fit, or none is applied.
+            held = self._buffered.get(p, {})
+            chain = [batch]
+            while chain[-1].seq + 1 in held:
+                chain.append(held[chain[-1].seq + 1])
+            self._check_capacity(chain)
             touched: set[Substream] = set()
-            while batch is not None:
-                touched |= self._apply_delta(batch)
-                self._last_seq[p] = batch.seq
-                batch = self._buffered.get(p, {}).pop(batch.seq + 1, None)
+            for b in chain:
+                held.pop(b.seq, None)
+                touched |= self._apply_delta(b)
+                self._last_seq[p] = b.seq
             self._release(touched, notes)
-        return ApplyResult("applied", notes, self.late_reports - late_before)
+        self._compact_heaps()
+        return ApplyResult("applied", notes, self.late_reports - late_before, self._abandoned_now)
+
+    def _check_capacity(self, batches: list[Batch]) -> None:
+        """Raise TableFull if applying ``batches`` would exceed the bound."""
+        limit = self.max_open_substreams
+        if limit is None:
+            return
+        closing: set[Substream] = set()
+        new: set[Substream] = set()
+        for b in batches:
+            if b.resync:
+                closing.update(s for s in b.retired if s in self._entries)
+            for s in (*(e[0] for e in b.entries), *(x[0] for x in b.promises), *(x[0] for x in b.labels)):
+                if s not in self._entries and s not in self._retired:
+                    new.add(s)
+        open_now = len(self._entries)
+        if new and open_now - len(closing) + len(new) > limit:
+            example = sorted(new, key=order_key)[:3]
+            raise TableFull(
+                f"{open_now} substreams are open and this report of {batches[0].process!r} would open "
+                f"{len(new)} more (e.g. {example}), over max_open_substreams={limit}. A substream stays "
+                f"open until every source promised it and every target acknowledged its end: look for a "
+                f"source that never promises, or raise max_open_substreams"
+            )
 
     def _validate(self, batch: Batch) -> None:
         p = batch.process
@@ -409,8 +465,16 @@ class TrackerTable:
                     notes.setdefault(t, []).append(s)
         for s in touched:
             e = self._entries.get(s)
-            if e is not None and len(e.acked) == len(self._targets):
+            if e is not None and self._done(e):
                 self._retire(s)
+
+    def _done(self, e: _Entry) -> bool:
+        """Every source promised and every live target acknowledged."""
+        return len(e.promised) == len(self._sources) and self._live_targets <= e.acked
+
+    def _blocked_by_lost(self, e: _Entry) -> bool:
+        """A lost source has not promised, or elements are in flight to a lost process."""
+        return not (self._lost & self._sources <= e.promised) or not self._lost.isdisjoint(e.xor)
 
     def _release_in_order(self, t: str, notes: dict[str, list[Substream]]) -> None:
         heap = self._heaps[t]
@@ -429,8 +493,52 @@ class TrackerTable:
     def _retire(self, s: Substream) -> None:
         e = self._entries.pop(s)
         self._retired.add(s)
+        if len(e.notified) < len(self._targets):
+            self._abandoned[s] = frozenset(e.notified)
+            self._abandoned_now.append(s)
         for agent in e.reporters:
             self._retire_outbox.setdefault(agent, []).append(s)
+
+    def _compact_heaps(self) -> None:
+        """Rebuild a target's order heap once stale rows (retired or re-keyed
+        substreams) outnumber the open ones, so memory follows the open count."""
+        if not self.consistent_order:
+            return
+        limit = 2 * len(self._entries) + 64
+        for t in self._targets:
+            if len(self._heaps[t]) > limit:
+                rows = [(e.key(s), s) for s, e in self._entries.items() if t not in e.notified]
+                heapq.heapify(rows)
+                self._heaps[t] = rows
+
+    # -- lost processes ----------------------------------------------------------
+    def set_lost(self, processes: Iterable[str]) -> list[Substream]:
+        """Declare the graph processes now lost (replacing the previous set).
+
+        Their acknowledgements are no longer awaited, and every open substream
+        that cannot end without one of them (a lost source has not promised it,
+        or elements are in flight to a lost process) is retired. Returns the
+        substreams retired before every target was notified (*abandoned*: no
+        NEOSS will be sent for them), in id order. Cost: O(open substreams).
+        """
+        lost = frozenset(processes)
+        unknown = sorted(p for p in lost if p not in self._upstream)
+        if unknown:
+            raise TableError(f"lost processes {unknown} are not in the registered graph")
+        self._lost = lost
+        self._live_targets = self._target_set - lost
+        self._abandoned_now = []
+        if lost:
+            for s, e in list(self._entries.items()):
+                if self._blocked_by_lost(e) or self._done(e):
+                    self._retire(s)
+            self._compact_heaps()
+        return sorted(self._abandoned_now, key=order_key)
+
+    @property
+    def lost(self) -> frozenset[str]:
+        """The graph processes last declared lost."""
+        return self._lost
 
     def take_retired(self, process: str) -> list[Substream]:
         """Substreams retired since the last call that ``process`` reported on."""
@@ -452,11 +560,27 @@ class TrackerTable:
     def open_substreams(self) -> list[Substream]:
         return sorted(self._entries, key=order_key)
 
+    @property
+    def open_count(self) -> int:
+        """How many substreams are open (O(1))."""
+        return len(self._entries)
+
+    @property
+    def abandoned_count(self) -> int:
+        """How many substreams were retired before every target was notified."""
+        return len(self._abandoned)
+
     def is_retired(self, s: Substream) -> bool:
         return s in self._retired
 
+    def is_abandoned(self, s: Substream) -> bool:
+        """Whether ``s`` was retired before every target was notified."""
+        return s in self._abandoned
+
     def notified(self, s: Substream) -> set[str]:
-        """Processes told that ``s`` ended (all targets once retired)."""
+        """Processes told that ``s`` ended (all targets once retired, unless abandoned)."""
+        if s in self._abandoned:
+            return set(self._abandoned[s])
         if s in self._retired:
             return set(self._targets)
         e = self._entries.get(s)
@@ -486,6 +610,7 @@ class TrackerTable:
             "graph": self.graph if self._upstream else None,
             "last_seq": self._last_seq,
             "retired": [enc(s) for s in self._retired],
+            "abandoned": [[enc(s), sorted(n)] for s, n in self._abandoned.items()],
             "late_reports": self.late_reports,
             "duplicates": self.duplicates,
             "entries": [
@@ -506,8 +631,12 @@ class TrackerTable:
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
-    def restore(cls, data: bytes) -> "TrackerTable":
-        """Rebuild a table from ``snapshot()``."""
+    def restore(cls, data: bytes, max_open_substreams: int | None = None) -> "TrackerTable":
+        """Rebuild a table from ``snapshot()``; no process is lost in it.
+
+        The bound is not part of the snapshot: a table restored over a smaller
+        one keeps its open substreams and refuses only new ones.
+        """
         try:
             doc = json.loads(data)
         except (ValueError, TypeError) as exc:
@@ -518,11 +647,12 @@ class TrackerTable:
         def dec(v: list) -> Substream:
             return v[1] if v[0] == "i" else bytes.fromhex(v[1])
 
-        t = cls(consistent_order=doc["consistent_order"])
+        t = cls(consistent_order=doc["consistent_order"], max_open_substreams=max_open_substreams)
         if doc["graph"] is not None:
             t.register_graph(doc["graph"])
         t._last_seq.update({p: int(v) for p, v in doc["last_seq"].items()})
         t._retired = {dec(v) for v in doc["retired"]}
+        t._abandoned = {dec(v): frozenset(n) for v, n in doc.get("abandoned", [])}
         t.late_reports = doc["late_reports"]
         t.duplicates = doc["duplicates"]
         for row in doc["entries"]:
@@ -551,6 +681,9 @@ class TrackerTable:
         assert self._sources == {p for p, u in self._upstream.items() if not u}
         assert targets == procs - self._sources
         assert not (self._retired & set(self._entries))
+        assert self._abandoned.keys() <= self._retired
+        assert all(n < self._target_set for n in self._abandoned.values())
+        assert self._lost <= procs and self._live_targets == self._target_set - self._lost
         for s, e in self._entries.items():
             recomputed: dict[str, int] = {}
             for p, c in e.contrib.items():
@@ -564,9 +697,11 @@ class TrackerTable:
             assert e.notified <= targets, s
             assert e.acked <= e.notified, s
             assert set(e.contrib) <= e.reporters, s
-            assert len(e.acked) < len(targets) or not targets, s
+            assert not self._done(e), s  # done substreams retire at once
             if self.consistent_order:
                 for t in targets - e.notified:
                     assert (e.key(s), s) in self._heaps[t], (s, t)
+        if self.consistent_order:
+            assert all(len(h) <= 2 * len(self._entries) + 64 for h in self._heaps.values())
         for p, buf in self._buffered.items():
             assert all(seq > self._last_seq.get(p, 0) + 1 for seq in buf), p

@@ -1,10 +1,14 @@
-"""The gRPC method table of the Tracker service and the wire <-> table codecs.
+"""The gRPC method table of the Tracker service, the wire <-> table codecs,
+and the channel security policy (TLS, or plaintext on loopback only).
 
 Written by hand (three methods) so that only the protobuf gencode is
 checked in and nothing needs grpcio-tools at run time.
 """
 from __future__ import annotations
 
+import ipaddress
+import os
+from pathlib import Path
 from typing import Any, Callable
 
 import grpc
@@ -14,6 +18,8 @@ from beam_ext.watermark._table import Batch, Substream
 
 SERVICE = "beam_ext.watermark.Tracker"
 TOKEN_KEY = "beam-ext-job-token-bin"
+
+Pem = bytes | str | os.PathLike  # PEM itself, or a path to a PEM file
 
 _METHODS = {
     "Hello": ("unary_unary", pb.HelloRequest, pb.HelloReply),
@@ -69,6 +75,51 @@ def server_handler(impl: Any) -> grpc.GenericRpcHandler:
             response_serializer=resp.SerializeToString,
         )
     return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+
+def read_pem(value: Pem, option: str) -> bytes:
+    """PEM bytes from ``value``: the PEM itself (bytes or text) or a file's path."""
+    if isinstance(value, str) and value.lstrip().startswith("-----BEGIN"):
+        value = value.encode()
+    if isinstance(value, bytes):
+        data, where = value, "the bytes given"
+    elif isinstance(value, (str, os.PathLike)):
+        path = os.fspath(value)
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{option}: cannot read {path!r}: {exc.strerror}") from None
+        where = repr(path)
+    else:
+        raise TypeError(f"{option} must be PEM bytes or a path to a PEM file, got {type(value).__name__}")
+    if b"-----BEGIN " not in data:
+        raise ValueError(f"{option}: {where} is not PEM (no '-----BEGIN' line)")
+    return data
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an IP literal, possibly in brackets, or a name) is
+    loopback. Names other than ``localhost`` are not resolved: they count as
+    reachable from the network."""
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_plaintext(host: str, allow_plaintext: bool, who: str, tls_options: str) -> None:
+    """Refuse plaintext gRPC off loopback unless ``allow_plaintext``: the job
+    token and every report would cross the network readable."""
+    if allow_plaintext or is_loopback(host):
+        return
+    raise ValueError(
+        f"{who}: {host!r} is not a loopback address, and without {tls_options} the job token and "
+        f"the reports would cross the network in plaintext. Pass {tls_options} (see 'On a cluster' "
+        f"in docs/watermark.md), or allow_plaintext=True on a network you trust"
+    )
 
 
 def client_stubs(channel: grpc.Channel) -> dict[str, Callable]:

@@ -16,11 +16,14 @@ from beam_ext.watermark import _tracker_pb2 as pb
 from beam_ext.watermark._table import Substream, check_substream, check_token, order_key
 from beam_ext.watermark._transport import (
     TOKEN_KEY,
+    Pem,
+    check_plaintext,
     client_stubs,
     decode_at,
     decode_substream,
     encode_at,
     encode_substream,
+    read_pem,
 )
 
 _log = logging.getLogger(__name__)
@@ -28,6 +31,11 @@ _log = logging.getLogger(__name__)
 
 class TrackerAuthError(PermissionError):
     """The service refused the job token."""
+
+
+class TrackerLimitError(RuntimeError):
+    """The service refused reports that would open more substreams than its
+    ``max_open_substreams``; the agent cannot drop them, so it stops."""
 
 
 def new_token() -> int:
@@ -67,6 +75,11 @@ class LocalAgent:
         hosts: for an executor-level agent, the graph processes it reports
             for; ``process_id`` then names the executor. Every call takes
             ``at=`` (the hosted process), or use ``for_process(p)``.
+        tls_ca: connect over TLS, trusting this CA (PEM bytes or a file's
+            path): the one that signed the service's certificate.
+        tls_server_name: the name to check the service's certificate
+            against, when it does not carry the address's host.
+        allow_plaintext: connect in plaintext to a non-loopback address anyway.
     """
 
     def __init__(
@@ -81,6 +94,9 @@ class LocalAgent:
         clock: Clock | None = None,
         connect_timeout: float = 10.0,
         hosts: Sequence[str] | None = None,
+        tls_ca: Pem | None = None,
+        tls_server_name: str | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         if not isinstance(address, str) or ":" not in address:
             raise ValueError(f"address must be 'host:port', got {address!r}")
@@ -97,6 +113,13 @@ class LocalAgent:
         if hosts is not None:
             if isinstance(hosts, str) or not hosts or not all(isinstance(h, str) and h for h in hosts):
                 raise ValueError(f"hosts must be a non-empty list of process ids, got {hosts!r}")
+        if tls_server_name is not None and tls_ca is None:
+            raise ValueError("tls_server_name needs tls_ca: it names the certificate TLS checks")
+        if tls_ca is not None:
+            credentials = grpc.ssl_channel_credentials(root_certificates=read_pem(tls_ca, "tls_ca"))
+        else:
+            check_plaintext(address.rsplit(":", 1)[0], allow_plaintext, f"LocalAgent {process_id!r} address",
+                            "tls_ca")
         self.address = address
         self.process_id = process_id
         self.hosts: tuple[str, ...] = tuple(hosts) if hosts is not None else (process_id,)
@@ -130,15 +153,14 @@ class LocalAgent:
         self._last_contact = time.monotonic()
         self.messages_sent = 0
 
-        self._channel = grpc.insecure_channel(address)
+        if tls_ca is not None:
+            options = [("grpc.ssl_target_name_override", tls_server_name)] if tls_server_name else []
+            self._channel = grpc.secure_channel(address, credentials, options=options)
+        else:
+            self._channel = grpc.insecure_channel(address)
         self._stubs = client_stubs(self._channel)
         try:
-            reply = self._stubs["Hello"](
-                pb.HelloRequest(process_id=process_id, hosts=list(hosts or ())),
-                metadata=self._metadata,
-                timeout=connect_timeout,
-                wait_for_ready=True,
-            )
+            reply = self._hello(pb.HelloRequest(process_id=process_id, hosts=list(hosts or ())), connect_timeout)
         except grpc.RpcError as exc:
             self._channel.close()
             raise self._translate(exc) from None
@@ -154,11 +176,26 @@ class LocalAgent:
             self._flusher = threading.Thread(target=self._flush_loop, name=f"tracker-flush-{process_id}", daemon=True)
             self._flusher.start()
 
+    def _hello(self, request: pb.HelloRequest, timeout: float) -> pb.HelloReply:
+        """Hello, waiting up to ``timeout`` for the service to come up."""
+        try:
+            return self._stubs["Hello"](request, metadata=self._metadata, timeout=timeout, wait_for_ready=True)
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+        # Waiting hides why the channel never got ready (refused connection, failed
+        # TLS handshake): a call that does not wait fails with that reason.
+        return self._stubs["Hello"](request, metadata=self._metadata, timeout=min(timeout, 2.0))
+
     def _translate(self, exc: grpc.RpcError) -> BaseException:
         code = exc.code()
         if code == grpc.StatusCode.UNAUTHENTICATED:
             return TrackerAuthError(
                 f"tracker at {self.address} refused the job token of process {self.process_id!r}: {exc.details()}"
+            )
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return TrackerLimitError(
+                f"tracker at {self.address} refused the reports of {self.process_id!r}: {exc.details()}"
             )
         if code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION):
             return ValueError(f"tracker at {self.address} rejected process {self.process_id!r}: {exc.details()}")

@@ -6,19 +6,22 @@ import hmac
 import logging
 import secrets
 import threading
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import grpc
 from apache_beam.metrics import Metrics
 
 from beam_ext.clock import Clock, SystemClock
 from beam_ext.watermark import _tracker_pb2 as pb
-from beam_ext.watermark._table import TableError, TrackerTable
+from beam_ext.watermark._table import TableError, TableFull, TrackerTable
 from beam_ext.watermark._transport import (
     TOKEN_KEY,
+    Pem,
+    check_plaintext,
     decode_batch,
     encode_at,
     encode_substream,
+    read_pem,
     server_handler,
 )
 
@@ -31,6 +34,9 @@ class TrackerService:
 
     Binds to ``host`` (loopback by default) and refuses every call that does
     not carry ``token``. ``port=0`` picks a free port; ``address`` tells it.
+    With ``tls_cert`` and ``tls_key`` it serves TLS only; without them it
+    serves plaintext, which is refused on a non-loopback ``host`` unless
+    ``allow_plaintext``.
 
     Example::
 
@@ -40,7 +46,8 @@ class TrackerService:
         svc.stop()
 
     Args:
-        host: interface to bind; anything but loopback exposes the service.
+        host: interface to bind; anything but loopback exposes the service
+            (and needs TLS or ``allow_plaintext``).
         port: TCP port, 0 for any free one.
         token: the job's secret; every call must carry it.
         consistent_order: release each process's NEOSS in coarse-label order.
@@ -48,6 +55,16 @@ class TrackerService:
         clock: time source for liveness (tests inject ``ManualClock``).
         restore_from: bytes of ``snapshot()`` of a previous incarnation.
         on_process_lost: ``callback(process_id, silent_seconds)``.
+        max_open_substreams: substreams open at once (about 2 kB each, plus
+            ~120 B per target process); a report that would open more is
+            refused with RESOURCE_EXHAUSTED and counted. None: no bound.
+        retire_lost: retire the open substreams a lost process blocks (its
+            source never promised them, or elements are in flight to it) and
+            stop waiting for its acknowledgements; False keeps them open
+            until it comes back.
+        tls_cert: the service's certificate chain (PEM bytes or a file's path).
+        tls_key: its private key (PEM bytes or a file's path).
+        allow_plaintext: serve plaintext on a non-loopback ``host`` anyway.
     """
 
     def __init__(
@@ -61,6 +78,11 @@ class TrackerService:
         clock: Clock | None = None,
         restore_from: bytes | None = None,
         on_process_lost: Callable[[str, float], None] | None = None,
+        max_open_substreams: int | None = 10_000,
+        retire_lost: bool = True,
+        tls_cert: Pem | None = None,
+        tls_key: Pem | None = None,
+        allow_plaintext: bool = False,
     ) -> None:
         if not isinstance(host, str) or not host:
             raise ValueError(f"host must be a non-empty string, got {host!r}")
@@ -70,16 +92,24 @@ class TrackerService:
             raise ValueError("token must be non-empty bytes: the service refuses calls without the job's token")
         if not heartbeat_timeout > 0:
             raise ValueError(f"heartbeat_timeout must be > 0 seconds, got {heartbeat_timeout!r}")
+        if (tls_cert is None) != (tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: pass both for TLS, or neither")
+        self._tls: tuple[bytes, bytes] | None = None
+        if tls_cert is not None:
+            self._tls = (read_pem(tls_key, "tls_key"), read_pem(tls_cert, "tls_cert"))
+        else:
+            check_plaintext(host, allow_plaintext, "TrackerService host", "tls_cert and tls_key")
         self._host = host
         self._port = port
         self._token = token
         self._clock: Clock = clock or SystemClock()
         self._heartbeat_timeout = float(heartbeat_timeout)
         self._on_lost = on_process_lost
+        self._retire_lost = bool(retire_lost)
         if restore_from is not None:
-            self._table = TrackerTable.restore(restore_from)
+            self._table = TrackerTable.restore(restore_from, max_open_substreams=max_open_substreams)
         else:
-            self._table = TrackerTable(consistent_order=consistent_order)
+            self._table = TrackerTable(consistent_order=consistent_order, max_open_substreams=max_open_substreams)
         self._lock = threading.Lock()
         self._incarnation = secrets.randbits(64) or 1
         self._subscribers: dict[str, asyncio.Queue] = {}
@@ -102,11 +132,14 @@ class TrackerService:
                 "late_reports",
                 "resyncs",
                 "invalid_reports",
+                "open_limit_refusals",
             ],
             0,
         )
         self._rejected_metric = Metrics.counter(_NAMESPACE, "rejected_calls")
         self._late_metric = Metrics.counter(_NAMESPACE, "late_reports")
+        self._refused_metric = Metrics.counter(_NAMESPACE, "open_limit_refusals")
+        self._abandoned_metric = Metrics.counter(_NAMESPACE, "abandoned_substreams")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: grpc.aio.Server | None = None
@@ -133,9 +166,17 @@ class TrackerService:
         server = grpc.aio.server()
         server.add_generic_rpc_handlers((server_handler(self),))
         bind = f"[{self._host}]" if ":" in self._host and not self._host.startswith("[") else self._host
-        port = server.add_insecure_port(f"{bind}:{self._port}")
+        try:
+            if self._tls is not None:
+                port = server.add_secure_port(f"{bind}:{self._port}", grpc.ssl_server_credentials([self._tls]))
+            else:
+                port = server.add_insecure_port(f"{bind}:{self._port}")
+        except RuntimeError:  # grpc.aio raises where grpc returns 0
+            port = 0
         if port == 0:
-            raise OSError(f"TrackerService could not bind {bind}:{self._port}")
+            # gRPC says "failed to bind" for a key that does not match the certificate too.
+            hint = "; or tls_key is not the private key of tls_cert's first certificate" if self._tls else ""
+            raise OSError(f"TrackerService could not bind {bind}:{self._port} (address in use?{hint})")
         await server.start()
         self._server = server
         self._address = f"{bind}:{port}"
@@ -191,11 +232,14 @@ class TrackerService:
             return self._table.snapshot()
 
     def stats(self) -> dict[str, int]:
-        """Counters: messages in and out, refused calls, duplicates, late reports."""
+        """Counters: messages in and out, refused calls and reports, duplicates,
+        late reports, abandoned substreams; and the substreams open now."""
         with self._lock:
             out = dict(self._stats)
             out["late_reports"] = self._table.late_reports
             out["duplicate_reports"] = self._table.duplicates
+            out["abandoned_substreams"] = self._table.abandoned_count
+            out["open_substreams"] = self._table.open_count
             return out
 
     def notified(self, substream: int | bytes) -> set[str]:
@@ -219,7 +263,11 @@ class TrackerService:
             }
 
     def check_liveness(self) -> list[str]:
-        """Report processes that newly stopped reporting; returns their ids."""
+        """Report processes that newly stopped reporting; returns their ids.
+
+        With ``retire_lost``, also retire the substreams that cannot end
+        without the processes lost now (logged and counted as abandoned).
+        """
         lost = self.lost_processes()
         fresh = [p for p in lost if p not in self._lost]
         self._lost = set(lost)
@@ -233,7 +281,32 @@ class TrackerService:
             )
             if self._on_lost is not None:
                 self._on_lost(p, lost[p])
+        if self._retire_lost:
+            self._declare_lost(sorted(lost))
         return fresh
+
+    def _declare_lost(self, agents: list[str]) -> None:
+        """Tell the table which graph processes the lost ``agents`` host."""
+        with self._lock:
+            hosts: set[str] = set()
+            for agent in agents:
+                try:
+                    hosts |= self._table.hosts_of(agent)
+                except TableError:
+                    pass  # subscribed under an id the graph does not know: hosts nothing
+            abandoned = self._table.set_lost(hosts)
+        self._note_abandoned(abandoned, hosts)
+
+    def _note_abandoned(self, abandoned: list, lost: Iterable[str]) -> None:
+        """Count and log substreams retired before every process was notified."""
+        if not abandoned:
+            return
+        self._abandoned_metric.inc(len(abandoned))
+        _log.warning(
+            "tracker: abandoned %d substream(s) that cannot end everywhere while process(es) %s are lost; "
+            "no end-of-substream notification will come for them: %s%s",
+            len(abandoned), sorted(lost), abandoned[:10], " ..." if len(abandoned) > 10 else "",
+        )
 
     async def _monitor_liveness(self) -> None:
         while True:
@@ -294,9 +367,13 @@ class TrackerService:
         with self._lock:
             try:
                 result = self._table.apply(batch)
+            except TableFull as exc:
+                self._stats["open_limit_refusals"] += 1
+                refusal, message = grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
+                result = None
             except (TableError, TypeError, ValueError) as exc:
                 self._stats["invalid_reports"] += 1
-                message = str(exc)
+                refusal, message = grpc.StatusCode.INVALID_ARGUMENT, str(exc)
                 result = None
             if result is not None:
                 self._seen(batch.process)
@@ -309,9 +386,12 @@ class TrackerService:
                 retired = self._table.take_retired(batch.process)
                 last = self._table._last_seq.get(batch.process, 0)
         if result is None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+            if refusal == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                self._refused_metric.inc()
+            await context.abort(refusal, message)
         if result.late_reports:
             self._late_metric.inc(result.late_reports)
+        self._note_abandoned(result.abandoned, self._table.lost)
         self._push(result.notifications)
         return pb.ReportAck(
             incarnation=self._incarnation,

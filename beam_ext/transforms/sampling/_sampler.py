@@ -58,6 +58,30 @@ class ApproximateResult:
     is_correction: bool = False
 
 
+_REAL = (int, float, np.integer, np.floating)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_number(name: str, value: Any, what: str = "a number") -> None:
+    # bool is an int to Python, but True as a confidence is a caller's mistake.
+    if isinstance(value, bool) or not isinstance(value, _REAL):
+        raise TypeError(f"{name} must be {what}, got {value!r}")
+
+
+def _check_seconds(name: str, value: Any, positive: bool) -> None:
+    """A duration or offset in seconds: a finite number the microsecond grid
+    can hold (infinity would overflow it, a sub-microsecond size rounds to 0)."""
+    _check_number(name, value, "a number of seconds")
+    if not math.isfinite(value) or (positive and not value > 0):
+        sign = " > 0" if positive else ""
+        raise ValueError(f"{name} must be a finite number of seconds{sign}, got {value!r}")
+    if positive and _micros(value) < 1:
+        raise ValueError(f"{name} must be at least 1 microsecond, got {value!r} s")
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplerConfig:
     """Configuration of one replay; validated on construction."""
@@ -76,22 +100,30 @@ class SamplerConfig:
     safety: float = 0.5
 
     def __post_init__(self) -> None:
+        _check_number("error", self.error)
         if not 0.0 < self.error < 1.0:
             raise ValueError(f"error must be in (0, 1), got {self.error!r}")
+        _check_number("confidence", self.confidence)
         if not 0.0 < self.confidence < 1.0:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
-        if not self.window > 0:
-            raise ValueError(f"window must be > 0 seconds, got {self.window!r}")
-        if not self.substream > 0:
-            raise ValueError(f"substream must be > 0 seconds, got {self.substream!r}")
+        _check_seconds("window", self.window, positive=True)
+        _check_seconds("substream", self.substream, positive=True)
+        _check_seconds("offset", self.offset, positive=False)
         w_us, f_us = _micros(self.window), _micros(self.substream)
         if w_us % f_us:
             raise ValueError(f"substream ({self.substream} s) must divide the window "
                              f"({self.window} s) into whole sub-streams")
-        if not isinstance(self.history, int) or self.history < 1:
+        if not _is_int(self.history) or self.history < 1:
             raise ValueError(f"history must be an int >= 1, got {self.history!r}")
+        if self.min_history is not None and (
+                not _is_int(self.min_history) or self.min_history < 1):
+            raise ValueError(
+                f"min_history must be None or an int >= 1, got {self.min_history!r}")
+        if not _is_int(self.seed):
+            raise TypeError(f"seed must be an int, got {self.seed!r}")
         if self.aggregate not in AGGREGATES:
             raise ValueError(f"aggregate must be one of {AGGREGATES}, got {self.aggregate!r}")
+        _check_number("safety", self.safety)
         if not 0.0 < self.safety <= 1.0:
             raise ValueError(f"safety must be in (0, 1], got {self.safety!r}")
         if self.mode not in MODES:
