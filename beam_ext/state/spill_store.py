@@ -37,7 +37,7 @@ from typing import Iterator
 import lmdb
 import pyarrow as pa
 
-from beam_ext.state._arrow_blocks import decode_batch, encode_values
+from beam_ext.state._arrow_blocks import CorruptBlockError, decode_values_array, encode_values
 
 __all__ = ["SpillStore", "SpillWindow", "SpillStoreError"]
 
@@ -639,7 +639,7 @@ class SpillStore:
                 if type(values) is bytes:
                     # Converted a slice at a time: a whole staged window as
                     # Python bytes would double its memory during the read.
-                    array = decode_batch(values, _POOL).column(0)
+                    array = self._decode(win, b, values)
                     for i in range(0, len(array), _READ_SLICE):
                         yield array.slice(i, _READ_SLICE).to_pylist()
                 else:
@@ -656,6 +656,14 @@ class SpillStore:
                         if b.persisted:
                             b.evict = True
                             self._drop(win, b)
+
+    def _decode(self, win: _Window, b: _Block, data: bytes) -> pa.BinaryArray:
+        try:
+            return decode_values_array(data, _POOL)
+        except CorruptBlockError as e:
+            raise SpillStoreError(
+                f"spill store at {self._path!r}: block {b.seq} of window {win.window} of key "
+                f"{win.key!r} is corrupt: {e}") from e
 
     # ------------------------------------------------------------ I/O thread
 
