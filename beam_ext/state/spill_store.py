@@ -20,6 +20,9 @@ Durability: each block is written in its own LMDB transaction, so a crash
 leaves every window with a prefix of its committed blocks and never half a
 block. Environments open with ``sync=False``: a killed process loses nothing
 committed, an operating-system crash may lose the latest blocks.
+
+Damage: opening checks data.mdb against its meta pages first (``_lmdb_file``),
+since LMDB maps the file and a truncated one kills the process with SIGBUS.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ from typing import Iterator
 import lmdb
 import pyarrow as pa
 
+from beam_ext.state import _lmdb_file
 from beam_ext.state._arrow_blocks import CorruptBlockError, decode_values_array, encode_values
 
 __all__ = ["SpillStore", "SpillWindow", "SpillStoreError"]
@@ -77,6 +81,16 @@ _KEYLEN = struct.Struct(">H")
 
 class SpillStoreError(RuntimeError):
     """The spill store cannot continue (full disk, corrupt environment, closed)."""
+
+
+# ------------------------------------------------------- opening a directory
+
+def _check_data_file(path: str) -> None:
+    """Refuse a data.mdb that would crash LMDB."""
+    try:
+        _lmdb_file.check_data_file(os.path.join(path, "data.mdb"))
+    except (ValueError, OSError) as e:
+        raise SpillStoreError(f"cannot open spill store at {path!r}: {e}") from e
 
 
 def _prefix(key: bytes, window: tuple[float, float]) -> bytes:
@@ -255,6 +269,10 @@ class SpillStore:
     what pre-staged windows hold before they are read.
     ``serialization_threads`` and ``sequential_io`` exist for the ablations
     of Aion figure 8.
+
+    A damaged directory raises :class:`SpillStoreError` naming the path:
+    data.mdb truncated or not LMDB, a corrupt block (when read), a path that
+    cannot be a directory.
     """
 
     def __init__(
@@ -313,7 +331,12 @@ class SpillStore:
         self.stats = {"iterations": 0, "iterations_from_memory": 0,
                       "reexecutions": 0, "reexecutions_from_memory": 0,
                       "blocks_written": 0, "blocks_staged": 0, "serialize_seconds": 0.0}
-        os.makedirs(self._path, exist_ok=True)
+        try:
+            os.makedirs(self._path, exist_ok=True)
+        except OSError as e:  # a file on the way, no permission, read-only file system
+            raise SpillStoreError(f"cannot open spill store at {self._path!r}: cannot create "
+                                  f"it as a directory ({e.strerror or e})") from e
+        _check_data_file(self._path)
         try:
             self._env = lmdb.open(self._path, map_size=_INITIAL_MAP_SIZE, subdir=True,
                                   sync=False, metasync=False, max_dbs=0, lock=True)
