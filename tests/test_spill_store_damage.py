@@ -8,6 +8,7 @@ clean error, the same open may run in-process.
 """
 from __future__ import annotations
 
+import logging
 import os
 import random
 import subprocess
@@ -212,6 +213,58 @@ def test_block_with_offsets_past_its_data_is_an_error_not_a_crash(tmp_path):
     _replace_block(path, key, encode_batch(pa.record_batch([bad], names=["v"])))
     out = _open_and_read_in_subprocess(path)
     assert out.startswith("SpillStoreError:") and path in out and "corrupt" in out, out
+
+
+# ------------------------------------------------------ data.mdb lost after commit
+
+
+@pytest.mark.parametrize("damage", ["deleted", "emptied"])
+def test_store_that_lost_its_committed_data_refuses_to_open(tmp_path, damage):
+    path = str(tmp_path / "store")
+    _fill(path, windows=3)
+    data = os.path.join(path, "data.mdb")
+    if damage == "deleted":
+        os.remove(data)
+    else:
+        os.truncate(data, 0)
+    with pytest.raises(SpillStoreError, match="lost") as info:
+        SpillStore(path)
+    assert path in str(info.value) and "on_lost_data" in str(info.value)
+
+
+def test_lost_data_can_be_accepted_with_a_loud_warning(tmp_path, caplog):
+    path = str(tmp_path / "store")
+    _fill(path, windows=3)
+    os.remove(os.path.join(path, "data.mdb"))
+    with caplog.at_level(logging.ERROR, logger="beam_ext.state.spill_store"):
+        store = SpillStore(path, on_lost_data="warn")
+    assert store.windows() == []
+    store.close()
+    assert any(r.levelno == logging.ERROR and path in r.getMessage() and "lost" in r.getMessage()
+               for r in caplog.records), caplog.text
+    with pytest.raises(ValueError, match="on_lost_data"):
+        SpillStore(path, on_lost_data="ignore")
+
+
+def test_store_that_never_wrote_to_lmdb_reopens_empty_without_complaint(tmp_path, caplog):
+    path = str(tmp_path / "store")
+    with SpillStore(path) as store:
+        store.window(b"k", _WINDOW).add([b"in memory only"])
+        store.window(b"k", _WINDOW).purge()
+    os.remove(os.path.join(path, "data.mdb"))
+    with caplog.at_level(logging.WARNING), SpillStore(path) as store:
+        assert store.windows() == []
+    assert not caplog.records
+
+
+def test_store_emptied_by_purges_reopens_empty(tmp_path):
+    path = str(tmp_path / "store")
+    _fill(path, windows=3)
+    with SpillStore(path) as store:
+        for k, w in store.windows():
+            store.window(k, w).purge()
+    with SpillStore(path) as store:
+        assert store.windows() == []
 
 
 # ------------------------------------------------------------ unusable directory
