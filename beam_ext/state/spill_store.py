@@ -722,7 +722,7 @@ class SpillStore:
         except CorruptBlockError as e:
             raise SpillStoreError(
                 f"spill store at {self._path!r}: block {b.seq} of window {win.window} of key "
-                f"{win.key!r} is corrupt: {e}") from e
+                f"{win.key!r}: {e}") from e
 
     # ------------------------------------------------------------ I/O thread
 
