@@ -34,15 +34,19 @@ _MAGIC = 0xBEEFC0DE
 _P_BRANCH, _P_LEAF, _P_OVERFLOW, _P_META = 0x01, 0x02, 0x04, 0x08
 _F_BIGDATA = 0x01  # a leaf's value lives on overflow pages
 _P_INVALID = (1 << (8 * struct.calcsize("N"))) - 1  # root of an empty tree
+_WIDE_PGNO = struct.calcsize("N") > 4  # page numbers above 32 bits borrow a node's flags field
 
 # pgno, pad, flags, lower, upper; overflow pages hold a page count where lower/upper are.
 _PAGE = struct.Struct("@NHHHH")
 _OVERFLOW = struct.Struct("@NHHI")
-_DB = "IHHNNNNN"  # pad (page size, in the free list's record), flags, depth, pages x3, entries, root
-_META = struct.Struct("@NHHHH" + "IIPN" + _DB * 2 + "NN")  # magic, version, address, map size; last page, txnid
+# A tree's record: pad (the page size, in the free list's record), flags, depth,
+# branch/leaf/overflow pages, entries, root.
+_DB = "IHHNNNNN"
+# Page header; magic, version, address, map size; free list and main records;
+# last page in use, transaction id.
+_META = struct.Struct("@NHHHH" + "IIPN" + _DB * 2 + "NN")
 _NODE = struct.Struct("@IHH")  # size or child page (low 32 bits), flags (or high bits), key size
 _PGNO = struct.Struct("@N")
-_PTR = struct.Struct("@H")
 
 
 @dataclass(frozen=True)
@@ -164,7 +168,8 @@ def _visit(pages: _Pages, pgno: int, levels: int, stack: list, count: PageCount)
     if flags & _P_BRANCH:
         count.branch += 1
         # A branch node keeps its child's page number in the size and flags fields.
-        stack.extend((low | high << 32, levels - 1) for low, high, _, _ in nodes)
+        stack.extend((low | (high << 32 if _WIDE_PGNO else 0), levels - 1)
+                     for low, high, _, _ in nodes)
         return
     count.leaf += 1
     count.entries += len(nodes)
