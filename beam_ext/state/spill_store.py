@@ -935,7 +935,8 @@ class SpillStore:
             with open(marker, "w") as f:
                 f.write(_COMMITTED_TEXT)
         except OSError as e:
-            raise SpillStoreError(f"spill store at {self._path!r}: cannot write {marker!r}: {e}") from e
+            raise SpillStoreError(
+                f"spill store at {self._path!r}: cannot write {marker!r}: {e}") from e
         self._committed = True
 
     # ---------------------------------------------------------------- checks
