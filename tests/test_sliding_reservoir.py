@@ -3,12 +3,16 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import pickle
 import random
+from fractions import Fraction
 
+import pyarrow as pa
 import pytest
 
-from beam_ext.state.reservoir import EventReservoir
+from beam_ext.state._arrow_blocks import encode_batch
+from beam_ext.state.reservoir import _INDEX_ENTRY, EventReservoir, ReservoirError
 
 
 def _row(rng: random.Random, t: float) -> tuple:
@@ -121,3 +125,76 @@ def test_bad_arguments_name_themselves():
         d = EventReservoir.__new__(EventReservoir)
         d.directory = "x"
         pickle.dumps(d)
+
+
+class _RunsCode:
+    """Unpickling this runs a shell command: what a hostile chunk file would hold."""
+
+    def __init__(self, sentinel: str) -> None:
+        self.sentinel = sentinel
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.sentinel}",)
+
+
+def _write_chunk_file(directory, rows: list[tuple[float, bytes]]) -> None:
+    """chunks.bin and index.bin holding one chunk of ``rows`` (ts, raw object cell)."""
+    schema = pa.schema([("ts", pa.float64()), ("c0", pa.binary())])
+    blob = encode_batch(pa.record_batch(
+        [pa.array([t for t, _ in rows], pa.float64()), pa.array([c for _, c in rows], pa.binary())],
+        schema=schema))
+    (directory / "chunks.bin").write_bytes(blob)
+    (directory / "index.bin").write_bytes(
+        _INDEX_ENTRY.pack(0, len(blob), 0, len(rows), rows[0][0], rows[-1][0]))
+
+
+def test_chunk_file_crafted_to_run_code_is_refused_without_running_it(tmp_path):
+    sentinel = tmp_path / "ran"
+    directory = tmp_path / "r"
+    directory.mkdir()
+    _write_chunk_file(directory, [(1.0, pickle.dumps("fine")),
+                                  (2.0, pickle.dumps(_RunsCode(str(sentinel))))])
+    r = EventReservoir(["object"], directory=str(directory))
+    with pytest.raises(ReservoirError) as info:
+        r.row(0)
+    r.close()
+    assert not sentinel.exists()
+    assert str(directory / "chunks.bin") in str(info.value)
+    assert "system" in str(info.value)  # names what it refused
+
+
+def test_damaged_chunk_file_is_a_reservoir_error_naming_the_file(tmp_path):
+    r = EventReservoir(["float", "object"], directory=str(tmp_path), chunk_size=4)
+    for i in range(8):
+        r.append(float(i), (float(i), f"v{i}"))
+    r.seal(100.0)  # two chunks of four
+    r.close()
+    data = tmp_path / "chunks.bin"
+    raw = bytearray(data.read_bytes())
+    raw[12:40] = b"\xff" * 28  # the first chunk's lz4 frame
+    data.write_bytes(bytes(raw))
+    r = EventReservoir(["float", "object"], directory=str(tmp_path), chunk_size=4, prefetch=False)
+    assert r.row(5) == (5.0, (5.0, "v5"))  # the second chunk is intact
+    with pytest.raises(ReservoirError, match="corrupt") as info:
+        r.row(0)
+    r.close()
+    assert str(data) in str(info.value) and "chunk 0" in str(info.value)
+
+
+def test_disk_reservoir_takes_only_values_it_can_read_back_without_code(tmp_path):
+    r = EventReservoir(["float", "object"], directory=str(tmp_path), chunk_size=2)
+    plain = ("t", 1, 2.5, None, True, b"b", frozenset({1}), [1, {"k": (2, 3)}], {4})
+    r.append(1.0, (1.0, plain))
+    with pytest.raises(TypeError, match=r"column 1 .*Fraction"):
+        r.append(2.0, (2.0, Fraction(1, 3)))
+    with pytest.raises(TypeError, match=r"column 1 .*Fraction"):
+        r.insert(2.0, (2.0, ("nested", Fraction(1, 3))))
+    r.append(3.0, (3.0, "x"))
+    r.close()
+    again = EventReservoir(["float", "object"], directory=str(tmp_path), chunk_size=2)
+    assert again.row(0) == (1.0, (1.0, plain)) and again.row(1) == (3.0, (3.0, "x"))
+    again.close()
+    memory = EventReservoir(["object"], chunk_size=1)  # in memory: any picklable value
+    memory.append(1.0, (Fraction(1, 3),))
+    memory.seal(2.0)
+    assert memory.row(0) == (1.0, (Fraction(1, 3),))

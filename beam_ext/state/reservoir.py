@@ -13,21 +13,30 @@ grow with the span of time the reservoir covers.
 Out-of-order events are accepted while they land in the open region (not
 before the last sealed timestamp): :meth:`EventReservoir.seal` is called by
 the owner only for events older than its allowed disorder.
+
+Files are read as data, never as code: object columns of a reservoir on disk
+take only plain values (None, bool, int, float, str, bytes and containers of
+them), pickled, and read back by an unpickler that resolves no class or
+function. A file altered to hold anything else raises :class:`ReservoirError`.
 """
 from __future__ import annotations
 
 import bisect
+import io
+import itertools
 import os
 import pickle
 import struct
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
-from beam_ext.state._arrow_blocks import decode_batch, encode_batch
+from beam_ext.state._arrow_blocks import CorruptBlockError, decode_batch, encode_batch
+
+__all__ = ["Cursor", "EventReservoir", "ReservoirError"]
 
 FLOAT = "float"
 OBJECT = "object"
@@ -38,16 +47,54 @@ _INDEX_ENTRY = struct.Struct("<QQQQdd")
 Row = tuple
 _Chunk = tuple[list[float], list[Row]]
 
+# What an object column on disk may hold: pickles of these name no class or
+# function, so unpickling them with every global refused still works.
+_PLAIN_ATOMS = frozenset({type(None), bool, int, float, str, bytes})
+_PLAIN_CONTAINERS = frozenset({tuple, list, set, frozenset})
+_PLAIN = "None, bool, int, float, str, bytes, and tuples, lists, sets and dicts of them"
+
+
+class ReservoirError(RuntimeError):
+    """A reservoir file cannot be read back: damaged, or not written by the reservoir."""
+
+
+def _foreign_type(value: Any) -> type | None:
+    """The first type inside ``value`` that is not plain data, or None if all is plain."""
+    t = type(value)
+    if t in _PLAIN_ATOMS:
+        return None
+    if t is dict:
+        inner = itertools.chain.from_iterable(value.items())
+    elif t in _PLAIN_CONTAINERS:
+        inner = value
+    else:
+        return t
+    for v in inner:
+        found = _foreign_type(v)
+        if found is not None:
+            return found
+    return None
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles plain data only: every class or function a pickle names is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refused to load {module}.{name}: only plain data is read")
+
 
 class EventReservoir:
     """Time-ordered rows ``(ts, values)`` in compressed chunks.
 
     ``kinds`` gives each value column's type: ``"float"`` (stored as
-    float64, nulls as NaN) or ``"object"`` (any picklable value). With
-    ``directory`` the chunks go to ``directory/chunks.bin`` and the index to
-    ``directory/index.bin``; reopening the directory continues where
-    :meth:`close` left off. Without it chunks stay in memory as compressed
-    bytes (and the reservoir pickles, for Beam state).
+    float64, nulls as NaN) or ``"object"`` (any picklable value in memory;
+    on disk only plain data: None, bool, int, float, str, bytes and tuples,
+    lists, sets and dicts of them, so reading the files never runs code).
+    With ``directory`` the chunks go to ``directory/chunks.bin`` and the
+    index to ``directory/index.bin``; reopening the directory continues where
+    :meth:`close` left off; a damaged or altered file raises
+    :class:`ReservoirError` naming it. Without ``directory`` chunks stay in
+    memory as compressed bytes (and the reservoir pickles, for Beam state).
 
     Positions are global: the first event ever appended is position 0, and
     :meth:`truncate` forgets whole chunks before a position without
@@ -74,6 +121,9 @@ class EventReservoir:
         self.cache_chunks = cache_chunks
         self.directory = directory
         self._prefetch = prefetch and directory is not None
+        # Object columns whose values must stay plain: those that go to disk.
+        self._plain_columns = [i for i, k in enumerate(self.kinds)
+                               if k == OBJECT and directory is not None]
         self._schema = pa.schema([("ts", pa.float64())] + [
             (f"c{i}", pa.float64() if k == FLOAT else pa.binary()) for i, k in enumerate(self.kinds)])
         # Index of sealed chunks, parallel lists (chunk number = list position).
@@ -101,9 +151,8 @@ class EventReservoir:
 
     def _open_files(self) -> None:
         os.makedirs(self.directory, exist_ok=True)
-        data = os.path.join(self.directory, "chunks.bin")
         index = os.path.join(self.directory, "index.bin")
-        self._data_fd = os.open(data, os.O_RDWR | os.O_CREAT, 0o644)
+        self._data_fd = os.open(self._data_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._file_end = os.fstat(self._data_fd).st_size
         if os.path.exists(index):
             with open(index, "rb") as f:
@@ -201,6 +250,13 @@ class EventReservoir:
     def _check_row(self, row: Row) -> None:
         if len(row) != len(self.kinds):
             raise ValueError(f"row has {len(row)} values, the reservoir has {len(self.kinds)} columns: {row!r:.200}")
+        for i in self._plain_columns:
+            foreign = _foreign_type(row[i])
+            if foreign is not None:
+                raise TypeError(
+                    f"column {i} ({OBJECT}) of the reservoir in {self.directory!r} takes only "
+                    f"{_PLAIN}, so that reading its files back runs no code; got "
+                    f"{foreign.__name__} in {row[i]!r:.100}")
 
     def seal(self, before: float) -> None:
         """Seal full chunks of the open region whose rows are all older than ``before``."""
@@ -248,16 +304,45 @@ class EventReservoir:
 
     def _decode(self, c: int) -> _Chunk:
         off, length = self._where[c]
-        blob = self._blobs[c] if off < 0 else os.pread(self._data_fd, length, off)
-        batch = decode_batch(blob)
+        if off < 0:  # made by this process (or restored with its Beam state)
+            batch, loads = decode_batch(self._blobs[c]), pickle.loads
+        else:
+            batch, loads = self._read_chunk(c, off, length), self._plain_loads(c)
         ts = batch.column(0).to_pylist()
         cols = []
         for i, kind in enumerate(self.kinds):
             values = batch.column(i + 1).to_pylist()
             cols.append([float("nan") if v is None else v for v in values] if kind == FLOAT
-                        else [pickle.loads(v) for v in values])
+                        else [loads(v) for v in values])
         self.loads += 1
         return ts, list(zip(*cols)) if cols else [()] * len(ts)
+
+    def _read_chunk(self, c: int, off: int, length: int) -> pa.RecordBatch:
+        try:
+            batch = decode_batch(os.pread(self._data_fd, length, off))
+        except CorruptBlockError as e:
+            raise ReservoirError(
+                f"{self._data_path}: chunk {c} (bytes {off}-{off + length}): {e}") from e
+        if not batch.schema.equals(self._schema):
+            found = ", ".join(f"{f.name}: {f.type}" for f in batch.schema)
+            raise ReservoirError(f"{self._data_path}: chunk {c} has columns ({found}), not those "
+                                 f"of kinds {list(self.kinds)}")
+        return batch
+
+    def _plain_loads(self, c: int) -> Callable[[bytes], Any]:
+        """``pickle.loads`` for chunk ``c`` of the file: plain data only, else ReservoirError."""
+        def loads(data: bytes) -> Any:
+            try:
+                return _PlainUnpickler(io.BytesIO(data)).load()
+            except Exception as e:  # bytes from disk can fail in any way; none runs code here
+                raise ReservoirError(
+                    f"{self._data_path}: chunk {c} holds a value that is not plain data ({e}); "
+                    "the file was altered or not written by the reservoir") from e
+        return loads
+
+    @property
+    def _data_path(self) -> str:
+        return os.path.join(self.directory, "chunks.bin")
 
     def chunk(self, c: int) -> _Chunk:
         """Decoded chunk ``c``, from the cache or storage; prefetches ``c + 1``."""

@@ -20,12 +20,18 @@ Durability: each block is written in its own LMDB transaction, so a crash
 leaves every window with a prefix of its committed blocks and never half a
 block. Environments open with ``sync=False``: a killed process loses nothing
 committed, an operating-system crash may lose the latest blocks.
+
+Damage: opening checks data.mdb against its meta pages first (``_lmdb_file``),
+since LMDB maps the file and a truncated one kills the process with SIGBUS.
+A marker file, written before the first block is committed, tells a store
+whose data.mdb went missing or empty from a new one.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import heapq
 import itertools
+import logging
 import os
 import queue
 import struct
@@ -37,9 +43,12 @@ from typing import Iterator
 import lmdb
 import pyarrow as pa
 
-from beam_ext.state._arrow_blocks import decode_batch, encode_values
+from beam_ext.state import _lmdb_file
+from beam_ext.state._arrow_blocks import CorruptBlockError, decode_values_array, encode_values
 
 __all__ = ["SpillStore", "SpillWindow", "SpillStoreError"]
+
+_LOG = logging.getLogger(__name__)
 
 _PRESTAGE, _PURGE, _LATE_WRITE, _DESTAGE, _STOP = 0, 0, 1, 2, 9
 _VALUE_OVERHEAD = 8  # rough per-value cost of the list slot, so tiny values still count
@@ -77,6 +86,39 @@ _KEYLEN = struct.Struct(">H")
 
 class SpillStoreError(RuntimeError):
     """The spill store cannot continue (full disk, corrupt environment, closed)."""
+
+
+# ------------------------------------------------------- opening a directory
+
+_LOST_DATA_POLICIES = ("raise", "warn")
+_COMMITTED = "committed"  # beside data.mdb from the first committed block on
+_COMMITTED_TEXT = ("data.mdb in this directory held committed spill store blocks; the store "
+                   "refuses to open if data.mdb goes missing or empty.\n")
+
+
+def _check_data_file(path: str, on_lost_data: str) -> bool:
+    """Refuse a data.mdb that would crash LMDB or silently drop committed blocks.
+
+    Returns whether the store committed blocks before (its marker exists).
+    """
+    data = os.path.join(path, "data.mdb")
+    committed = os.path.exists(os.path.join(path, _COMMITTED))
+    try:
+        size = os.path.getsize(data)
+    except FileNotFoundError:
+        size = -1
+    if committed and size <= 0:
+        # LMDB would start a new, empty environment without a word.
+        lost = (f"spill store at {path!r} lost every committed block: its data.mdb is "
+                f"{'missing' if size < 0 else 'empty'}")
+        if on_lost_data == "raise":
+            raise SpillStoreError(lost + "; pass on_lost_data='warn' to start empty")
+        _LOG.error("%s; starting empty (on_lost_data='warn')", lost)
+    try:
+        _lmdb_file.check_data_file(data)
+    except (ValueError, OSError) as e:
+        raise SpillStoreError(f"cannot open spill store at {path!r}: {e}") from e
+    return committed
 
 
 def _prefix(key: bytes, window: tuple[float, float]) -> bytes:
@@ -255,6 +297,12 @@ class SpillStore:
     what pre-staged windows hold before they are read.
     ``serialization_threads`` and ``sequential_io`` exist for the ablations
     of Aion figure 8.
+
+    A damaged directory raises :class:`SpillStoreError` naming the path:
+    data.mdb truncated or not LMDB, a corrupt block (when read), a path that
+    cannot be a directory. A store that committed blocks and comes back with
+    data.mdb missing or empty raises too, unless ``on_lost_data="warn"``,
+    which logs an error and starts empty.
     """
 
     def __init__(
@@ -269,6 +317,7 @@ class SpillStore:
         sequential_io: bool = True,
         destage_at_expiry_above: float = 0.5,
         prestage_bytes: int | None = None,
+        on_lost_data: str = "raise",
     ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
@@ -287,6 +336,9 @@ class SpillStore:
             raise ValueError(f"prestage_bytes must be >= 0, got {prestage_bytes}")
         if m_bucket_bytes is not None and m_bucket_bytes < 0:
             raise ValueError(f"m_bucket_bytes must be >= 0, got {m_bucket_bytes}")
+        if on_lost_data not in _LOST_DATA_POLICIES:
+            raise ValueError(
+                f"on_lost_data must be one of {_LOST_DATA_POLICIES}, got {on_lost_data!r}")
         self._path = os.fspath(path)
         self._budget = int(memory_budget_bytes)
         self._m_bucket = int(m_bucket_bytes if m_bucket_bytes is not None else self._budget // 8)
@@ -313,13 +365,20 @@ class SpillStore:
         self.stats = {"iterations": 0, "iterations_from_memory": 0,
                       "reexecutions": 0, "reexecutions_from_memory": 0,
                       "blocks_written": 0, "blocks_staged": 0, "serialize_seconds": 0.0}
-        os.makedirs(self._path, exist_ok=True)
+        try:
+            os.makedirs(self._path, exist_ok=True)
+        except OSError as e:  # a file on the way, no permission, read-only file system
+            raise SpillStoreError(f"cannot open spill store at {self._path!r}: cannot create "
+                                  f"it as a directory ({e.strerror or e})") from e
+        self._committed = _check_data_file(self._path, on_lost_data)
         try:
             self._env = lmdb.open(self._path, map_size=_INITIAL_MAP_SIZE, subdir=True,
                                   sync=False, metasync=False, max_dbs=0, lock=True)
             self._load_index()
         except lmdb.Error as e:
             raise SpillStoreError(f"cannot open spill store at {self._path!r}: {e}") from e
+        if self._windows and not self._committed:
+            self._mark_committed()  # written before markers existed
         self._serde_threads = serialization_threads
         self._codec_pool = concurrent.futures.ThreadPoolExecutor(
             serialization_threads, thread_name_prefix="spill-serde")
@@ -639,7 +698,7 @@ class SpillStore:
                 if type(values) is bytes:
                     # Converted a slice at a time: a whole staged window as
                     # Python bytes would double its memory during the read.
-                    array = decode_batch(values, _POOL).column(0)
+                    array = self._decode(win, b, values)
                     for i in range(0, len(array), _READ_SLICE):
                         yield array.slice(i, _READ_SLICE).to_pylist()
                 else:
@@ -656,6 +715,14 @@ class SpillStore:
                         if b.persisted:
                             b.evict = True
                             self._drop(win, b)
+
+    def _decode(self, win: _Window, b: _Block, data: bytes) -> pa.BinaryArray:
+        try:
+            return decode_values_array(data, _POOL)
+        except CorruptBlockError as e:
+            raise SpillStoreError(
+                f"spill store at {self._path!r}: block {b.seq} of window {win.window} of key "
+                f"{win.key!r}: {e}") from e
 
     # ------------------------------------------------------------ I/O thread
 
@@ -751,6 +818,8 @@ class SpillStore:
                 with self._lock:
                     if self._stale(op):
                         return False
+                if not self._committed:
+                    self._mark_committed()
                 self._with_resize(lambda txn: txn.put(op.win.prefix + _SEQ.pack(b.seq), data))
             with self._lock:
                 if self._stale(op):
@@ -858,6 +927,17 @@ class SpillStore:
                     self._windows[(key, *window)] = win
                 win.blocks.append(_Block(seq, None, 0, persisted=True))
                 win.next_seq = seq + 1
+
+    def _mark_committed(self) -> None:
+        """Leave the marker that blocks were committed (see ``_check_data_file``)."""
+        marker = os.path.join(self._path, _COMMITTED)
+        try:
+            with open(marker, "w") as f:
+                f.write(_COMMITTED_TEXT)
+        except OSError as e:
+            raise SpillStoreError(
+                f"spill store at {self._path!r}: cannot write {marker!r}: {e}") from e
+        self._committed = True
 
     # ---------------------------------------------------------------- checks
 
