@@ -10,7 +10,7 @@ from apache_beam.transforms.window import GlobalWindows, NonMergingWindowFn
 from apache_beam.utils.timestamp import Duration
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 
-from beam_ext.transforms._staleness_trigger import StalenessTrigger
+from beam_ext.transforms.staleness._trigger import StalenessTrigger
 
 METRICS_NAMESPACE = "beam_ext.staleness"
 DEAD_LETTER = "dead_letter"
