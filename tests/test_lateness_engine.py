@@ -1,10 +1,11 @@
-"""The lateness pane engine: the injected clock."""
+"""The lateness pane transitions and engine: observation points and the injected clock."""
 from __future__ import annotations
 
 import pytest
 
 from beam_ext.clock import ManualClock
-from beam_ext.transforms.lateness import FixedLateness
+from beam_ext.transforms.lateness import FixedLateness, PredictiveCleanup
+from beam_ext.transforms.lateness import _transitions as transitions
 from beam_ext.transforms.lateness._backends import _MemoryBackend
 from beam_ext.transforms.lateness._engine import _LateEngine
 
@@ -19,6 +20,40 @@ class _Planned:
 
     def late_firing_offsets(self, allowed_lateness):
         return self.offsets
+
+
+class _Learning(_Planned):
+    def __init__(self, offsets):
+        super().__init__(offsets)
+        self.observed: list[float] = []
+
+    def observe(self, offset):
+        self.observed.append(offset)
+
+
+def _points(cleanup, trigger):
+    st = transitions._PaneState()
+    transitions.on_time(st, cleanup, trigger, SIZE)
+    return st.points
+
+
+def test_observation_ticks_only_when_something_learns_from_them():
+    # Nothing observes: only the planned firing and the close.
+    assert _points(FixedLateness(30.0), _Planned([25.0])) == [(25.0, True), (30.0, True)]
+    ticks = [(10.0, False), (20.0, False), (25.0, True), (30.0, True)]
+    assert _points(FixedLateness(30.0), _Learning([25.0])) == ticks
+    assert _points(PredictiveCleanup(initial_lateness=30.0), _Planned([25.0])) == ticks
+
+
+def test_a_learning_trigger_is_told_of_late_arrivals_at_the_ticks():
+    trigger = _Learning([25.0])
+    engine = _LateEngine(trigger, FixedLateness(30.0), _MemoryBackend(),
+                         lambda *pane: None, lambda *dead: None)
+    engine.element(b"k", (0.0, SIZE), b"on time")
+    engine.advance_watermark(SIZE)
+    engine.element(b"k", (0.0, SIZE), b"late")
+    engine.advance_watermark(21.0)  # the tick at offset 10 reports it
+    assert trigger.observed == [10.0]
 
 
 class _Staging(_MemoryBackend):

@@ -11,9 +11,10 @@ Event-time points are offsets after the window's end: the on-time pane fires
 when the watermark reaches the window's max timestamp; late points at
 ``end + offset``; the last point is the allowed lateness ``T`` taken from the
 cleanup policy when the on-time pane fires. Points between are the trigger's
-firing offsets plus observation ticks (every window length, at most
-``_MAX_TICKS``) at which late arrivals are reported to ``observe()`` with the
-point's offset, an upper bound of their true arrival offset.
+firing offsets plus, when the cleanup policy or the trigger observes late
+arrivals, observation ticks (every window length, at most ``_MAX_TICKS``) at
+which late arrivals are reported to ``observe()`` with the point's offset, an
+upper bound of their true arrival offset.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from beam_ext.transforms.lateness.triggers import (
     AfterLateDelay,
     CleanupPolicy,
     EveryNLateEvents,
+    FixedLateness,
     LateTrigger,
 )
 
@@ -44,15 +46,27 @@ class _PaneState:
     delay_pending: bool = False
 
 
-def _schedule(lateness: float, size: float, trigger: LateTrigger) -> list[tuple[float, bool]]:
+def _observes(cleanup: CleanupPolicy, trigger: LateTrigger) -> bool:
+    """Whether anything learns from late arrivals (``FixedLateness.observe`` does nothing)."""
+    return not isinstance(cleanup, FixedLateness) or hasattr(trigger, "observe")
+
+
+def _schedule(lateness: float, size: float, trigger: LateTrigger,
+              ticks: bool) -> list[tuple[float, bool]]:
+    """The points after the window's end as (offset, fires), ascending.
+
+    ``ticks``: add the observation ticks; they only report arrivals, so
+    without an observer they would be timers that do nothing.
+    """
     if lateness <= 0:
         return []
-    step = max(size, lateness / _MAX_TICKS) if size > 0 else lateness
     points: dict[float, bool] = {}
-    k = 1
-    while k * step < lateness:
-        points[k * step] = False
-        k += 1
+    if ticks:
+        step = max(size, lateness / _MAX_TICKS) if size > 0 else lateness
+        k = 1
+        while k * step < lateness:
+            points[k * step] = False
+            k += 1
     if hasattr(trigger, "late_firing_offsets"):
         for off in trigger.late_firing_offsets(lateness):  # type: ignore[union-attr]
             off = float(off)
@@ -98,7 +112,7 @@ def on_time(st: _PaneState, cleanup: CleanupPolicy, trigger: LateTrigger,
     """Fire the on-time pane; returns it and the next event-time offset (None: purge now)."""
     st.on_time_fired = True
     st.lateness = max(0.0, float(cleanup.allowed_lateness()))
-    st.points = _schedule(st.lateness, size, trigger)
+    st.points = _schedule(st.lateness, size, trigger, ticks=_observes(cleanup, trigger))
     last = not st.points
     pane = PaneInfo(True, last, PaneInfoTiming.ON_TIME, 0, 0)
     st.panes = 1
