@@ -2,9 +2,10 @@
 
 One :class:`_PaneState` per (key, window). Every execution path calls these
 functions and nothing else to decide panes, so all paths emit the same panes:
-the Beam path (``_beam_panes``) keeps the state in Beam state and drives it
-from timers; :class:`~beam_ext.transforms.lateness._engine._LateEngine` keeps
-it in a dict and drives it from explicit watermark / processing-time advances
+the Beam paths (stateful DoFns: ``_beam_panes._PaneFn`` and
+LateWindowedGroupByKey's own) keep the state in Beam state and drive it from
+timers; :class:`~beam_ext.transforms.lateness._engine._LateEngine` keeps it
+in a dict and drives it from explicit watermark / processing-time advances
 (the Spark-native path and the benchmark).
 
 Event-time points are offsets after the window's end: the on-time pane fires
