@@ -13,7 +13,7 @@ from beam_ext.transforms import SlidingAggregate, SlidingWindow, agg  # noqa: E4
 __all__ += ["SlidingAggregate", "SlidingWindow", "agg"]
 
 # Staleness-driven late firings and predictive cleanup (Aion section 3.4).
-from beam_ext.state.cleanup import PredictiveCleanup  # noqa: E402
+from beam_ext.transforms.lateness import PredictiveCleanup  # noqa: E402
 from beam_ext.transforms.staleness import (  # noqa: E402
     StalenessPlanner,
     StalenessRefire,

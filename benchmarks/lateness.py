@@ -180,8 +180,9 @@ def _make_values(workload: str, rng: np.random.Generator, n: int, payload: int) 
 def run_config(config: Config, workdir: str | None = None) -> Result:
     """Run one configuration in this process and measure it."""
     from beam_ext.state import SpillStore
-    from beam_ext.transforms import _late_panes as panes
-    from beam_ext.transforms.late_triggers import FixedLateness
+    from beam_ext.transforms.lateness import FixedLateness
+    from beam_ext.transforms.lateness._backends import _MemoryBackend, _SpillBackend
+    from beam_ext.transforms.lateness._engine import _LateEngine
 
     size, payload = WORKLOADS[config.workload]
     rng = np.random.default_rng(config.seed)
@@ -192,13 +193,13 @@ def run_config(config: Config, workdir: str | None = None) -> Result:
     store = None
     backend = None
     if config.variant == "memory":
-        backend = panes._MemoryBackend()
+        backend = _MemoryBackend()
     elif config.variant != "beam-gbk":
         store = SpillStore(
             os.path.join(workdir, "store"), config.budget_bytes,
             serialization_threads=1 if config.variant == "single-serde" else 2,
             sequential_io=config.variant != "concurrent-io")
-        backend = panes._SpillBackend(store)
+        backend = _SpillBackend(store)
     counts = {"panes": 0, "dead": 0}
 
     def emit(key: bytes, window: tuple[float, float], values: list[bytes], pane: object) -> None:
@@ -214,8 +215,8 @@ def run_config(config: Config, workdir: str | None = None) -> Result:
         engine = BeamGroupByKeyBaseline(size, lateness, _Offsets(size).late_firing_offsets(lateness),
                                         emit, dead)
     else:
-        engine = panes._LateEngine(_Offsets(size), FixedLateness(lateness), backend, emit, dead,
-                                   prestage=config.variant != "no-prestage")
+        engine = _LateEngine(_Offsets(size), FixedLateness(lateness), backend, emit, dead,
+                             prestage=config.variant != "no-prestage")
     keys = [b"k%d" % i for i in range(config.keys)]
 
     def batch(step: int) -> list[tuple[bytes, tuple[float, float], bytes]]:

@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from beam_ext.transforms._staleness_schedule import interval_staleness
+from beam_ext.transforms.staleness._schedule import interval_staleness
 from beam_ext.transforms.staleness import StalenessPlanner
 
 T = 100.0

@@ -71,8 +71,8 @@ class _Record(beam.DoFn):
 
 
 def run(stream: Stream, trigger, expected_panes, expected_dead, accumulate: bool = True,
-        runner="BundleBasedDirectRunner") -> dict[str, int]:
-    """Run StalenessRefire over the stream, assert its outputs, return its counters."""
+        runner="BundleBasedDirectRunner", transform=None) -> dict[str, int]:
+    """Run StalenessRefire, or ``transform``, over the stream; assert outputs; return counters."""
     test_stream = TestStream().advance_watermark_to(0)
     for batch, watermark in stream.batches:
         if batch:
@@ -85,12 +85,13 @@ def run(stream: Stream, trigger, expected_panes, expected_dead, accumulate: bool
     test_stream = test_stream.advance_watermark_to(round(last + 10_000, 3))
     test_stream = test_stream.advance_watermark_to_infinity()
     p = beam.Pipeline(runner=runner, options=PipelineOptions(streaming=True))
-    out = (p | test_stream
-           | beam.WindowInto(window.FixedWindows(stream.size))
-           | StalenessRefire(trigger, accumulate=accumulate))
-    assert_that(out.panes | "Record" >> beam.ParDo(_Record()), equal_to(expected_panes),
+    panes, dead = (p | test_stream
+                   | beam.WindowInto(window.FixedWindows(stream.size))
+                   | (transform or StalenessRefire(trigger, accumulate=accumulate))
+                   .with_dead_letters())
+    assert_that(panes | "Record" >> beam.ParDo(_Record()), equal_to(expected_panes),
                 label="CheckPanes")
-    assert_that(out.dead_letter, equal_to(expected_dead), label="CheckDeadLetters")
+    assert_that(dead, equal_to(expected_dead), label="CheckDeadLetters")
     result = p.run()
     result.wait_until_finish()
     return {m.key.metric.name: m.committed

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 
 from beam_ext.state import SpillStore
 from beam_ext.transforms import EveryNLateEvents, LateWindowedGroupByKey
-from beam_ext.transforms import _late_panes as panes
-from beam_ext.transforms.late_triggers import FixedLateness
+from beam_ext.transforms.lateness import FixedLateness
+from beam_ext.transforms.lateness._backends import _MemoryBackend, _SpillBackend
+from beam_ext.transforms.lateness._engine import _LateEngine
 
 from tests._late_model import model_panes
 
@@ -78,8 +79,8 @@ def _run_engine(transcript, kind, arg, lateness, backend):
                      pane.is_last, {0: "EARLY", 1: "ON_TIME", 2: "LATE"}[pane.timing],
                      pane.index))
 
-    engine = panes._LateEngine(_trigger(kind, arg), FixedLateness(lateness), backend, emit,
-                               lambda k, w, v: dead.append((k.decode(), v.decode())))
+    engine = _LateEngine(_trigger(kind, arg), FixedLateness(lateness), backend, emit,
+                         lambda k, w, v: dead.append((k.decode(), v.decode())))
     for step in transcript:
         if step[0] == "watermark":
             engine.advance_watermark(step[1])
@@ -146,9 +147,9 @@ def test_engine_matches_model(tmp_path_factory, seed, kind, n, lateness, spill):
     if spill:
         store = SpillStore(str(tmp_path_factory.mktemp("spill")), memory_budget_bytes=4096,
                            block_bytes=64)
-        backend = panes._SpillBackend(store)
+        backend = _SpillBackend(store)
     else:
-        backend = panes._MemoryBackend()
+        backend = _MemoryBackend()
     assert _run_engine(transcript, kind, arg, lateness, backend) == \
         model_panes(transcript, SIZE, kind, arg, lateness)
 

@@ -16,8 +16,9 @@ import pytest
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
 from _lateness_beam_gbk import BeamGroupByKeyBaseline
-from beam_ext.transforms import _late_panes as panes
-from beam_ext.transforms.late_triggers import FixedLateness
+from beam_ext.transforms.lateness import FixedLateness
+from beam_ext.transforms.lateness._backends import _MemoryBackend
+from beam_ext.transforms.lateness._engine import _LateEngine
 from lateness import _Offsets
 
 SIZE = 20.0
@@ -90,8 +91,8 @@ def test_beam_gbk_baseline_emits_the_engines_panes(seed):
     stream = _stream(seed)
     offsets = _Offsets(SIZE).late_firing_offsets(LATENESS)
     ours, ours_dead = _run(
-        lambda emit, dead: panes._LateEngine(_Offsets(SIZE), FixedLateness(LATENESS),
-                                             panes._MemoryBackend(), emit, dead), stream)
+        lambda emit, dead: _LateEngine(_Offsets(SIZE), FixedLateness(LATENESS),
+                                       _MemoryBackend(), emit, dead), stream)
     beam, beam_dead = _run(
         lambda emit, dead: BeamGroupByKeyBaseline(SIZE, LATENESS, offsets, emit, dead), stream)
     kind, first_values = _classify(stream)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from scipy.stats import binom
 
-from beam_ext.state import PredictiveCleanup
+from beam_ext.transforms.lateness import PredictiveCleanup
 
 
 def model_bound(offsets, coverage, confidence, initial, min_history, size):

@@ -33,7 +33,7 @@ def _pipeline(p, events):
     return (p | beam.Create(events)
             | beam.Map(lambda e: window.TimestampedValue((e[0], e[1]), e[2]))
             | beam.WindowInto(window.FixedWindows(10))
-            | StalenessRefire(trigger)).panes | beam.ParDo(_WithPane())
+            | StalenessRefire(trigger)) | beam.ParDo(_WithPane())
 
 
 def test_spark_matches_direct_runner_and_the_oracle(spark):

@@ -26,13 +26,13 @@ from beam_ext.transforms.sampling import (
 __all__ += ["ApproximateResult", "ApproximateWindowAggregate", "OnlineSampler", "SamplerConfig"]
 
 # Lateness spill: GroupByKey whose past windows stay open for late data (Aion).
-from beam_ext.transforms.late_triggers import (
+from beam_ext.transforms.lateness import (
     AfterLateDelay,
     CleanupPolicy,
     EveryNLateEvents,
     FixedLateness,
+    LateWindowedGroupByKey,
 )
-from beam_ext.transforms.late_windowed_gbk import LateWindowedGroupByKey
 
 __all__ += ["AfterLateDelay", "CleanupPolicy", "EveryNLateEvents", "FixedLateness",
            "LateWindowedGroupByKey"]

@@ -29,8 +29,10 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, WindowedValue
 
 from beam_ext.runner.native import native_annotations, register_native
-from beam_ext.transforms import _late_panes as panes
-from beam_ext.transforms.late_triggers import (
+from beam_ext.transforms.lateness import _transitions as panes
+from beam_ext.transforms.lateness._backends import _SpillBackend
+from beam_ext.transforms.lateness._engine import _LateEngine
+from beam_ext.transforms.lateness.triggers import (
     AfterLateDelay,
     Cleanup,
     EveryNLateEvents,
@@ -284,8 +286,8 @@ def _late_panes_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
             out.append(WindowedValue(("dead", (key_coder.decode(key), value_coder.decode(value))),
                                      windows[w].max_timestamp(), [windows[w]]))
 
-        engine = panes._LateEngine(trigger, cleanup,
-                                   panes._SpillBackend(SpillStore(tmp, budget)), emit, dead)
+        engine = _LateEngine(trigger, cleanup,
+                             _SpillBackend(SpillStore(tmp, budget)), emit, dead)
         try:
             for key, wv in partition:
                 encoded = value_coder.encode(wv.value[1])

@@ -10,8 +10,8 @@ late arrivals; ``StalenessPlanner`` places them from a history of arrivals;
 >>> len(StalenessPlanner(history, allowed_lateness=10.0).plan_for_budget(3))
 3
 """
-from beam_ext.transforms._staleness_planner import StalenessPlanner, max_staleness
-from beam_ext.transforms._staleness_refire import StalenessRefire
-from beam_ext.transforms._staleness_trigger import StalenessTrigger
+from beam_ext.transforms.staleness._planner import StalenessPlanner, max_staleness
+from beam_ext.transforms.staleness._refire import StalenessRefire
+from beam_ext.transforms.staleness._trigger import StalenessTrigger
 
 __all__ = ["StalenessPlanner", "StalenessRefire", "StalenessTrigger", "max_staleness"]

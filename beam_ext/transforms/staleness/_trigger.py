@@ -7,8 +7,8 @@ from typing import Hashable, Iterable
 
 import numpy as np
 
-from beam_ext.transforms._staleness_planner import StalenessPlanner
-from beam_ext.transforms._staleness_schedule import _validate_lateness, _validate_offsets
+from beam_ext.transforms.staleness._planner import StalenessPlanner
+from beam_ext.transforms.staleness._schedule import _validate_lateness, _validate_offsets
 
 # Replan once the history has grown by this fraction since the last plan:
 # planning is cheap but sorting 100k offsets per window is not free.

@@ -7,7 +7,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy.stats import norm
 
-from beam_ext.transforms._staleness_schedule import (
+from beam_ext.transforms.staleness._schedule import (
     Weight,
     _late_in_window,
     _validate_lateness,

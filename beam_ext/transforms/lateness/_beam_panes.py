@@ -1,0 +1,176 @@
+"""Late panes over Beam state and timers, and the output shape of the late-pane transforms.
+
+A late-pane transform (:class:`_LatePaneTransform`) keeps past windows open
+for late data and re-fires them. Its stateful step emits tagged elements,
+``("pane", (key, values))`` carrying Beam ``PaneInfo`` and ``("dead", (key,
+value))`` for values of a closed window; one stateless step splits them into
+the transform's outputs and counts them. Every late-pane transform therefore
+has one output shape:
+
+* ``pcoll | transform`` is the panes: ``(key, [values])`` in the window they
+  belong to, with timestamp ``window.max_timestamp()`` and ``PaneInfo``
+  (ON_TIME index 0 ``is_first``, then LATE, the last one ``is_last``);
+* ``pcoll | transform.with_dead_letters()`` is ``(panes, dead_letters)``,
+  the dead letters being the ``(key, value)`` elements unchanged;
+
+and one metric style: counters in the transform's namespace
+(``beam_ext.<capability>``) named ``dead_letter``, ``late_panes``,
+``late_events`` and ``firings_without_new_data``.
+
+:class:`_PaneFn` is the stateful step for scheduled triggers: it keeps a
+:class:`~beam_ext.transforms.lateness._transitions._PaneState` and the
+window's values in Beam state and runs the pane transitions at each value and
+event-time timer, so it runs on every Beam runner.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import apache_beam as beam
+from apache_beam import coders
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
+from apache_beam.utils.timestamp import Duration
+from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
+
+from beam_ext.transforms.lateness._transitions import _PaneState, on_element, on_point, on_time
+from beam_ext.transforms.lateness.triggers import CleanupPolicy, ScheduledLateTrigger
+
+PANE, DEAD = "pane", "dead"  # tags of the stateful step's output
+DEAD_LETTER = "dead_letter"  # the dead-letter output, and its counter
+LATE_PANES = "late_panes"
+LATE_EVENTS = "late_events"
+FIRINGS_WITHOUT_NEW_DATA = "firings_without_new_data"
+
+
+class _LatePaneTransform(beam.PTransform):
+    """Base of the late-pane transforms: gives them their output shape (module docstring).
+
+    A subclass sets ``_NAMESPACE`` and implements :meth:`_tagged`, which
+    turns the input into the tagged elements of its stateful step.
+    """
+
+    _NAMESPACE: str
+
+    def _tagged(self, pcoll: beam.PCollection) -> beam.PCollection:
+        raise NotImplementedError
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        return self._split(pcoll)[0]
+
+    def with_dead_letters(self) -> "_WithDeadLetters":
+        """This transform, returning ``(panes, dead_letters)`` instead of ``panes``."""
+        return _WithDeadLetters(self)
+
+    def _split(self, pcoll: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
+        out = self._tagged(pcoll) | "Split" >> beam.ParDo(
+            _SplitPanes(self._NAMESPACE)).with_outputs(DEAD_LETTER, main="panes")
+        return out.panes, out[DEAD_LETTER]
+
+
+class _WithDeadLetters(beam.PTransform):
+    def __init__(self, inner: _LatePaneTransform) -> None:
+        super().__init__(inner.label)
+        self._inner = inner
+
+    def expand(self, pcoll: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
+        return self._inner._split(pcoll)
+
+
+class _SplitPanes(beam.DoFn):
+    """Panes to the main output, dead letters to a tagged output; both counted.
+
+    Counted here, in a stateless step, rather than in the stateful one:
+    whatever produced the tagged elements, the counts are the same.
+    """
+
+    def __init__(self, namespace: str) -> None:
+        self._dead = beam.metrics.Metrics.counter(namespace, DEAD_LETTER)
+        self._late_panes = beam.metrics.Metrics.counter(namespace, LATE_PANES)
+
+    def process(self, tagged: tuple[str, Any],
+                pane: PaneInfo = beam.DoFn.PaneInfoParam) -> Iterable[Any]:
+        tag, payload = tagged
+        if tag == PANE:
+            if pane.timing == PaneInfoTiming.LATE:
+                self._late_panes.inc()
+            yield payload
+        else:
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, payload)
+
+
+def _pane_output(key: Any, values: list, window: Any, pane: PaneInfo) -> WindowedValue:
+    return WindowedValue((PANE, (key, values)), window.max_timestamp(), [window], pane)
+
+
+class _PaneFn(beam.DoFn):
+    """Per key and window: collect values, fire the panes the transitions decide.
+
+    ``trigger`` fires late panes at event-time offsets (it needs no
+    processing-time timer, which would make the DirectRunner fall back to
+    its bundle-based runner). ``accumulate``: each pane holds every value so
+    far (Aion's re-execution), else only the values since the previous pane.
+    Counts ``late_events`` and ``firings_without_new_data`` in ``namespace``.
+    """
+
+    META = ReadModifyWriteStateSpec("meta", coders.PickleCoder())
+    VALUES = BagStateSpec("values", coders.FastPrimitivesCoder())
+    EVENT = TimerSpec("event", TimeDomain.WATERMARK)
+
+    def __init__(self, trigger: ScheduledLateTrigger, cleanup: CleanupPolicy, accumulate: bool,
+                 namespace: str) -> None:
+        if not isinstance(trigger, ScheduledLateTrigger):
+            raise TypeError(f"trigger must have late_firing_offsets(allowed_lateness), "
+                            f"got {trigger!r}")
+        self._trigger = trigger
+        self._cleanup = cleanup
+        self._accumulate = accumulate
+        self._late = beam.metrics.Metrics.counter(namespace, LATE_EVENTS)
+        self._skipped = beam.metrics.Metrics.counter(namespace, FIRINGS_WITHOUT_NEW_DATA)
+
+    def process(self, element: tuple[Any, Any], window=beam.DoFn.WindowParam,
+                meta=beam.DoFn.StateParam(META), values=beam.DoFn.StateParam(VALUES),
+                event=beam.DoFn.TimerParam(EVENT)) -> Iterable[Any]:
+        st = meta.read() or _PaneState()
+        action = on_element(st, self._trigger)
+        if action == "dead":
+            yield (DEAD, element)
+            return
+        values.add(element[1])
+        if action == "buffer":
+            event.set(window.max_timestamp())
+        else:  # "late": a scheduled trigger fires from the timer only
+            self._late.inc()
+        meta.write(st)
+
+    @on_timer(EVENT)
+    def on_event(self, key=beam.DoFn.KeyParam, window=beam.DoFn.WindowParam,
+                 meta=beam.DoFn.StateParam(META), values=beam.DoFn.StateParam(VALUES),
+                 event=beam.DoFn.TimerParam(EVENT)) -> Iterable[Any]:
+        st = meta.read()
+        if st is None or st.purged:
+            return
+        if not st.on_time_fired:
+            size = float(window.end - getattr(window, "start", window.end))
+            pane, nxt = on_time(st, self._cleanup, self._trigger, size)
+        else:
+            fires = st.points[0][1]
+            pane, nxt = on_point(st, self._cleanup, self._trigger)
+            if fires and pane is None:
+                self._skipped.inc()
+        if pane is not None:
+            out = list(values.read())
+            if not self._accumulate:
+                values.clear()
+            yield _pane_output(key, out, window, pane)
+        if nxt is None:
+            values.clear()
+        else:
+            event.set(window.end + Duration.of(nxt))
+        meta.write(st)
