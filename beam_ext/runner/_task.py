@@ -9,6 +9,7 @@ the driver as an extra record.
 """
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 import dataclasses
 import itertools
 import logging
@@ -32,7 +33,7 @@ _SIDE_INPUT_TYPES = frozenset(
      "multimap_keys_values_side_input"])
 
 
-class StageFailed(RuntimeError):
+class StageFailed(BeamExtError, RuntimeError):
     """User code failed inside a stage; the message names the stage."""
 
 

@@ -23,6 +23,7 @@ committed, an operating-system crash may lose the latest blocks.
 """
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 import concurrent.futures
 import heapq
 import itertools
@@ -75,7 +76,7 @@ _SEQ = struct.Struct(">Q")
 _KEYLEN = struct.Struct(">H")
 
 
-class SpillStoreError(RuntimeError):
+class SpillStoreError(BeamExtError, RuntimeError):
     """The spill store cannot continue (full disk, corrupt environment, closed)."""
 
 

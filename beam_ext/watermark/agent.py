@@ -1,6 +1,7 @@
 """LocalAgent: a process's link to the TrackerService (local trAcker agent)."""
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 import logging
 import math
 import random
@@ -26,7 +27,7 @@ from beam_ext.watermark._transport import (
 _log = logging.getLogger(__name__)
 
 
-class TrackerAuthError(PermissionError):
+class TrackerAuthError(BeamExtError, PermissionError):
     """The service refused the job token."""
 
 
