@@ -29,6 +29,7 @@ demo: check-java $(VENV)/.installed
 	$(PY) examples/payments_features.py
 
 test: check-java $(VENV)/.installed-test
+	$(PY) -m ruff check .
 	$(PY) -m pytest
 
 bench: check-java $(VENV)/.installed-test

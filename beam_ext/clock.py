@@ -19,6 +19,17 @@ class SystemClock:
         return time.time()
 
 
+class MonotonicClock:
+    """Seconds on the system's monotonic clock: for timeouts and intervals.
+
+    >>> c = MonotonicClock(); c.now() <= c.now()
+    True
+    """
+
+    def now(self) -> float:
+        return time.monotonic()
+
+
 class ManualClock:
     """A clock that moves only when told to.
 

@@ -1,11 +1,12 @@
 """Failures inside Spark tasks, re-raised with the stage and the user's traceback."""
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 import contextlib
 import re
 
 
-class PipelineError(RuntimeError):
+class PipelineError(BeamExtError, RuntimeError):
     """A pipeline failed; the message names the stage and shows the user's traceback."""
 
 

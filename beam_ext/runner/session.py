@@ -1,6 +1,7 @@
 """Finding or starting the SparkSession a pipeline runs on."""
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 import logging
 import os
 import shutil
@@ -13,7 +14,7 @@ from beam_ext.runner.options import SparkRunnerOptions, parse_spark_conf
 _LOG = logging.getLogger(__name__)
 
 
-class SparkUnavailableError(RuntimeError):
+class SparkUnavailableError(BeamExtError, RuntimeError):
     """Spark cannot be started or reached (no Java, bad master URL, ...)."""
 
 

@@ -13,6 +13,8 @@ with bad offsets outside its buffers.
 """
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
+
 import struct
 
 import pyarrow as pa
@@ -26,7 +28,7 @@ _MAX_EXPANSION = 256
 _VALUES_SCHEMA = pa.schema([("v", pa.binary())])
 
 
-class CorruptBlockError(ValueError):
+class CorruptBlockError(BeamExtError, ValueError):
     """The bytes are not a block :func:`encode_batch` wrote (damaged on disk, or foreign)."""
 
 

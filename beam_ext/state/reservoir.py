@@ -21,6 +21,8 @@ function. A file altered to hold anything else raises :class:`ReservoirError`.
 """
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
+
 import bisect
 import io
 import itertools
@@ -54,7 +56,7 @@ _PLAIN_CONTAINERS = frozenset({tuple, list, set, frozenset})
 _PLAIN = "None, bool, int, float, str, bytes, and tuples, lists, sets and dicts of them"
 
 
-class ReservoirError(RuntimeError):
+class ReservoirError(BeamExtError, RuntimeError):
     """A reservoir file cannot be read back: damaged, or not written by the reservoir."""
 
 

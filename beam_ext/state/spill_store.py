@@ -28,6 +28,7 @@ whose data.mdb went missing or empty from a new one.
 """
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 import concurrent.futures
 import heapq
 import itertools
@@ -84,7 +85,7 @@ _SEQ = struct.Struct(">Q")
 _KEYLEN = struct.Struct(">H")
 
 
-class SpillStoreError(RuntimeError):
+class SpillStoreError(BeamExtError, RuntimeError):
     """The spill store cannot continue (full disk, corrupt environment, closed)."""
 
 

@@ -1,12 +1,13 @@
 """Field accessors: a field is a dict key, an attribute name, or a callable."""
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 from typing import Any, Callable, Union
 
 FieldSpec = Union[str, Callable[[Any], Any]]
 
 
-class MissingFieldError(KeyError):
+class MissingFieldError(BeamExtError, KeyError):
     """An event lacks a field a transform needs; the message shows the event."""
 
     def __str__(self) -> str:  # KeyError would repr() the whole message

@@ -18,6 +18,7 @@ The table is pure logic: no clock, no I/O. ``TrackerService`` wraps it.
 """
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 import heapq
 import json
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ def order_key(substream: Substream) -> tuple:
     return (1, 0, substream)
 
 
-class TableError(ValueError):
+class TableError(BeamExtError, ValueError):
     """A report the table refuses; nothing of the batch was applied."""
 
 

@@ -1,6 +1,7 @@
 """LocalAgent: a process's link to the TrackerService (local trAcker agent)."""
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 import logging
 import math
 import random
@@ -29,11 +30,11 @@ from beam_ext.watermark._transport import (
 _log = logging.getLogger(__name__)
 
 
-class TrackerAuthError(PermissionError):
+class TrackerAuthError(BeamExtError, PermissionError):
     """The service refused the job token."""
 
 
-class TrackerLimitError(RuntimeError):
+class TrackerLimitError(BeamExtError, RuntimeError):
     """The service refused reports that would open more substreams than its
     ``max_open_substreams``; the agent cannot drop them, so it stops."""
 

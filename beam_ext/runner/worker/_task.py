@@ -15,6 +15,7 @@ only at the end of input until the executor passes processing time.
 """
 from __future__ import annotations
 
+from beam_ext.errors import BeamExtError
 import dataclasses
 import itertools
 import logging
@@ -35,7 +36,7 @@ _LOG = logging.getLogger(__name__)
 
 METRICS_OUTPUT = -1  # output index of the record carrying the task's metrics
 
-class StageFailed(RuntimeError):
+class StageFailed(BeamExtError, RuntimeError):
     """User code failed inside a stage; the message names the stage."""
 
 
