@@ -7,12 +7,11 @@ import math
 import random
 import secrets
 import threading
-import time
 from typing import Callable, Sequence
 
 import grpc
 
-from beam_ext.clock import Clock, SystemClock
+from beam_ext.clock import Clock, MonotonicClock, SystemClock
 from beam_ext.watermark import _tracker_pb2 as pb
 from beam_ext.watermark._table import Substream, check_substream, check_token, order_key
 from beam_ext.watermark._transport import (
@@ -72,6 +71,8 @@ class LocalAgent:
         heartbeat_interval: seconds of idleness after which a heartbeat is sent.
         time_slack: clock synchronisation slack delta of coarse time labels.
         clock: time source for labels.
+        interval_clock: the clock that times flushes and heartbeats
+            (monotonic by default; tests pass a ``ManualClock``).
         connect_timeout: seconds to wait for the service at construction.
         hosts: for an executor-level agent, the graph processes it reports
             for; ``process_id`` then names the executor. Every call takes
@@ -93,6 +94,7 @@ class LocalAgent:
         heartbeat_interval: float = 1.0,
         time_slack: float = 0.01,
         clock: Clock | None = None,
+        interval_clock: Clock | None = None,
         connect_timeout: float = 10.0,
         hosts: Sequence[str] | None = None,
         tls_ca: Pem | None = None,
@@ -130,6 +132,7 @@ class LocalAgent:
         self._heartbeat_interval = float(heartbeat_interval)
         self._slack = float(time_slack)
         self._clock: Clock = clock or SystemClock()
+        self._intervals: Clock = interval_clock or MonotonicClock()
         self._rng = random.Random()
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
@@ -151,7 +154,7 @@ class LocalAgent:
         self._callbacks: list[tuple[str, Callable[[Substream], None]]] = []
         self._error: BaseException | None = None
         self._closed = False
-        self._last_contact = time.monotonic()
+        self._last_contact = self._intervals.now()
         self.messages_sent = 0
 
         if tls_ca is not None:
@@ -266,7 +269,7 @@ class LocalAgent:
 
     def _mark_dirty(self) -> None:
         if self._dirty_since is None:
-            self._dirty_since = time.monotonic()
+            self._dirty_since = self._intervals.now()
             self._cond.notify_all()
 
     def _after_report(self) -> None:
@@ -402,7 +405,7 @@ class LocalAgent:
                     raise err from None
                 return
             self.messages_sent += 1
-            self._last_contact = time.monotonic()
+            self._last_contact = self._intervals.now()
             if ack.resync_required:
                 self._resync(raise_errors)
                 continue
@@ -453,7 +456,7 @@ class LocalAgent:
         while True:
             with self._cond:
                 while not self._closed:
-                    now = time.monotonic()
+                    now = self._intervals.now()
                     if self._unacked:
                         due = now + 0.05  # service unreachable: retry soon
                     elif self._dirty_since is not None:
