@@ -13,7 +13,7 @@ from beam_ext.transforms import EveryNLateEvents, LateWindowedGroupByKey
 from beam_ext.transforms.late_windowed_gbk import _late_panes_on_spark  # noqa: F401
 
 from tests._late_model import model_panes
-from tests.test_late_windowed_gbk import SIZE, _pane_row
+from tests.test_late_windowed_gbk import SIZE, TYPED_PAIRS, _pane_row, typed_inputs
 
 
 def _events(seed: int, n: int):
@@ -41,3 +41,11 @@ def test_spark_equals_direct_and_model(spark):
     _run(FnApiRunner(), events, 64 << 20, expected)
     # A 4 KiB budget forces the spill store to destage to LMDB inside the tasks.
     _run(SparkRunner(), events, 4096, expected)
+
+
+def test_typed_input(spark):
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        for i, (pcoll, expected) in enumerate(typed_inputs(p, TYPED_PAIRS)):
+            out = pcoll | f"Panes{i}" >> LateWindowedGroupByKey(cleanup=0.0)
+            assert_that(out | f"Rows{i}" >> beam.FlatMap(_pane_row), equal_to(expected),
+                        label=f"Check{i}")

@@ -160,11 +160,13 @@ class _SplitDeadLetters(beam.DoFn):
 
 
 def _kv_coders(pcoll: beam.PCollection) -> tuple[coders.Coder, coders.Coder]:
+    """Key and value coders of ``(key, value)`` input; the key coder is
+    deterministic, as GroupByKey's, because windows are grouped by its bytes."""
     coder = coders.registry.get_coder(pcoll.element_type)
-    if isinstance(coder, coders.TupleCoder) and len(coder.coder_impl._coder_impls) == 2:
-        key, value = coder._coders
-        return key, value
-    return coders.FastPrimitivesCoder(), coders.FastPrimitivesCoder()
+    if not coder.is_kv_coder():
+        coder = coders.FastPrimitivesCoder()
+    return (coder.key_coder().as_deterministic_coder("LateWindowedGroupByKey key"),
+            coder.value_coder())
 
 
 class _LatePanes(beam.PTransform):
