@@ -13,7 +13,6 @@ import os
 import pickle
 import shutil
 import tempfile
-import zlib
 from typing import Any, Iterable
 
 import apache_beam as beam
@@ -28,6 +27,7 @@ from apache_beam.transforms.userstate import (
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, WindowedValue
 
+from beam_ext._key_hash import key_hash
 from beam_ext.runner.native import native_annotations, register_native
 from beam_ext.transforms import _late_panes as panes
 from beam_ext.transforms.late_triggers import (
@@ -269,7 +269,7 @@ def _late_panes_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     """
     trigger, cleanup, budget, key_coder, value_coder = pickle.loads(payload)
     keyed = rdd.map(lambda wv: (key_coder.encode(wv.value[0]), wv))
-    shuffled = keyed.partitionBy(ctx.parallelism, lambda k: zlib.crc32(k))
+    shuffled = keyed.partitionBy(ctx.parallelism, key_hash)
 
     def run(partition: Iterable[tuple[bytes, WindowedValue]]) -> Iterable[WindowedValue]:
         from beam_ext.state import SpillStore
