@@ -27,7 +27,7 @@ def key_hash(encoded_key: bytes) -> int:
     return zlib.crc32(encoded_key)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def untyped_key_coder(step_label: str) -> coders.Coder:
     """The key coder GroupByKey uses for keys without a type hint.
 
