@@ -269,7 +269,7 @@ def _late_panes_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     partition's values are all in the store, as on Beam's batch runners.
     """
     config = pickle.loads(payload)
-    key_coder = config[3]
+    _, _, _, key_coder, _ = config
     keyed = rdd.map(lambda wv: (key_coder.encode(wv.value[0]), wv))
     shuffled = keyed.partitionBy(ctx.parallelism, key_hash)
     return shuffled.mapPartitions(functools.partial(_partition_panes, config))
