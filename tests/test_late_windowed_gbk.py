@@ -181,6 +181,46 @@ def test_dead_letters_are_routed_and_counted():
     assert sum(c.committed for c in counters) == 2
 
 
+def typed_inputs(p, pairs):
+    """The same ``(key, value, timestamp)`` triples as inputs whose element type
+    is a known tuple: from ``beam.Create`` (global window) and by type hint
+    (fixed windows); with the panes each must give."""
+    from typing import Tuple
+
+    from apache_beam.transforms.window import GlobalWindow
+
+    created = p | "Typed" >> beam.Create([(k, v) for k, v, _ in pairs])
+    hinted = (p | "Triples" >> beam.Create(pairs)
+              | beam.Map(lambda e: beam_window.TimestampedValue((e[0], e[1]), e[2]))
+              .with_output_types(Tuple[str, int])
+              | beam.WindowInto(beam_window.FixedWindows(SIZE)))
+    assert created.element_type == hinted.element_type == beam.typehints.Tuple[str, int]
+    end = GlobalWindow().end.micros / 1e6
+    in_global, in_fixed = {}, {}
+    for k, v, ts in pairs:
+        in_global.setdefault((k, (GlobalWindow().start.micros / 1e6, end)), []).append(v)
+        in_fixed.setdefault((k, (ts - ts % SIZE, ts - ts % SIZE + SIZE)), []).append(v)
+    return [(created, [(k, w, tuple(sorted(vs)), True, True, "ON_TIME", 0)
+                       for (k, w), vs in in_global.items()]),
+            (hinted, [(k, w, tuple(sorted(vs)), True, True, "ON_TIME", 0)
+                      for (k, w), vs in in_fixed.items()])]
+
+
+TYPED_PAIRS = [("a", 1, 1.0), ("b", 2, 3.0), ("a", 3, 12.0), ("a", 4, 2.0)]
+
+
+def test_typed_input_on_the_portable_direct_runner():
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that, equal_to
+
+    # Batch: the portable runner (see _run in test_late_windowed_gbk_spark.py).
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        for i, (pcoll, expected) in enumerate(typed_inputs(p, TYPED_PAIRS)):
+            out = pcoll | f"Panes{i}" >> LateWindowedGroupByKey(cleanup=0.0)
+            assert_that(out | f"Rows{i}" >> beam.FlatMap(_pane_row), equal_to(expected),
+                        label=f"Check{i}")
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="trigger"):
         LateWindowedGroupByKey(trigger="often")  # type: ignore[arg-type]

@@ -1,19 +1,25 @@
 """LateWindowedGroupByKey on SparkRunner (spill-store native path) equals DirectRunner."""
 from __future__ import annotations
 
+import itertools
+import pickle
 import random
 
 import apache_beam as beam
+from apache_beam import coders
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window as beam_window
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_ext.runner import SparkRunner
-from beam_ext.transforms import EveryNLateEvents, LateWindowedGroupByKey
+from beam_ext.runner.native import NativeContext
+from beam_ext.transforms import EveryNLateEvents, FixedLateness, LateWindowedGroupByKey
 from beam_ext.transforms.late_windowed_gbk import _late_panes_on_spark  # noqa: F401
 
 from tests._late_model import model_panes
-from tests.test_late_windowed_gbk import SIZE, _pane_row
+from tests.test_late_windowed_gbk import SIZE, TYPED_PAIRS, _pane_row, typed_inputs
 
 
 def _events(seed: int, n: int):
@@ -23,12 +29,13 @@ def _events(seed: int, n: int):
 
 def _run(runner, events, budget, expected):
     with beam.Pipeline(runner=runner) as p:
-        out = (p | beam.Create(events)
-               | beam.Map(lambda e: beam_window.TimestampedValue((e[0], e[2]), e[1]))
-               | beam.WindowInto(beam_window.FixedWindows(SIZE))
-               | LateWindowedGroupByKey(trigger=EveryNLateEvents(2), cleanup=30.0,
-                                        memory_budget_bytes=budget))
-        assert_that(out | beam.FlatMap(_pane_row), equal_to(expected))
+        out, dead = (p | beam.Create(events)
+                     | beam.Map(lambda e: beam_window.TimestampedValue((e[0], e[2]), e[1]))
+                     | beam.WindowInto(beam_window.FixedWindows(SIZE))
+                     | LateWindowedGroupByKey(trigger=EveryNLateEvents(2), cleanup=30.0,
+                                              memory_budget_bytes=budget).with_dead_letters())
+        assert_that(out | beam.FlatMap(_pane_row), equal_to(expected), label="panes")
+        assert_that(dead, equal_to([]), label="dead")
 
 
 def test_spark_equals_direct_and_model(spark):
@@ -41,3 +48,49 @@ def test_spark_equals_direct_and_model(spark):
     _run(FnApiRunner(), events, 64 << 20, expected)
     # A 4 KiB budget forces the spill store to destage to LMDB inside the tasks.
     _run(SparkRunner(), events, 4096, expected)
+
+
+def test_typed_input(spark):
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        for i, (pcoll, expected) in enumerate(typed_inputs(p, TYPED_PAIRS)):
+            out = pcoll | f"Panes{i}" >> LateWindowedGroupByKey(cleanup=0.0)
+            assert_that(out | f"Rows{i}" >> beam.FlatMap(_pane_row), equal_to(expected),
+                        label=f"Check{i}")
+
+
+class _CountingLateness(FixedLateness):
+    """FixedLateness counting, per Python process, the on-time firings (each asks it)."""
+
+    asked = 0
+
+    def allowed_lateness(self) -> float:
+        _CountingLateness.asked += 1
+        return super().allowed_lateness()
+
+
+def _window_values(i: int) -> list[WindowedValue]:
+    window = beam_window.IntervalWindow(i * SIZE, (i + 1) * SIZE)
+    return [WindowedValue(("k", f"v{i}-{j}"), Timestamp(i * SIZE + j), [window]) for j in range(3)]
+
+
+def _firings_when_each_output_arrives(outputs):
+    # Pipelined with the native path in the same Python worker: pulls its
+    # outputs one by one and notes how many windows had fired by then.
+    yield [(output.value[1][0], _CountingLateness.asked) for output in outputs]
+
+
+def test_native_path_streams_panes_as_windows_fire(spark):
+    # The docs promise a task's memory bounded by the spill store's budget:
+    # each pane must leave the task before the next window fires, not wait
+    # in a list until the whole partition has fired.
+    n_windows = 20
+    config = (EveryNLateEvents(1), _CountingLateness(0.0), 1 << 20,
+              coders.StrUtf8Coder(), coders.StrUtf8Coder())
+    ctx = NativeContext(spark=spark, parallelism=1, step_name="Panes",
+                        counter=lambda namespace, name: None)
+    events = spark.sparkContext.parallelize(range(n_windows), 2).flatMap(_window_values)
+    panes = _late_panes_on_spark(pickle.dumps(config), events, ctx)
+    [seen] = panes.mapPartitions(_firings_when_each_output_arrives).collect()
+    assert [key for key, _ in seen] == ["k"] * n_windows
+    fired = [asked for _, asked in seen]
+    assert [b - a for a, b in itertools.pairwise(fired)] == [1] * (n_windows - 1)

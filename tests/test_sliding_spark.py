@@ -1,14 +1,20 @@
 """SlidingAggregate on SparkRunner (vectorised native path) and against Spark SQL RANGE."""
 from __future__ import annotations
 
+import collections
 import glob
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 
 import apache_beam as beam
+import numpy as np
 import pytest
 
+import sliding_separate_workers_job as separate_job
 from _sliding_oracle import assert_features_close, every_kind, oracle
 from beam_ext import SlidingAggregate, SlidingWindow, agg
 from beam_ext.runner import SparkRunner
@@ -63,6 +69,17 @@ def test_spark_runner_substitutes_the_native_path_and_equals_the_oracle(spark, t
     assert len(got) == len(direct) == len(events)
     assert_features_close([got[e["id"]] for e in events], want, rel=0)
     # Identical, not just close: both paths compute exact sums.
+    assert got == direct
+
+
+def test_keys_group_by_encoding_as_on_the_beam_path(spark, tmp_path):
+    # GroupByKey groups by encoded key: NaN keys are one key, and 1, 1.0 and
+    # True are three, though Python equality says otherwise.
+    rng = random.Random(5)
+    events = [dict(e, card=rng.choice([None, math.nan, 1, 1.0, True, "1"])) for e in _events(2, 200)]
+    got = _collect(events, SparkRunner(), tmp_path)
+    direct = _collect(events, "BundleBasedDirectRunner", tmp_path)
+    assert len(got) == len(events)
     assert got == direct
 
 
@@ -124,3 +141,40 @@ def _collect_plain(events, sizes):
                   "top": agg.max("amount"), "low": agg.min("amount"), "sd": agg.stddev("amount")}, None)
     feats = compute_batch(plan, [e["card"] for e in events], np.array([e["ts"] for e in events]), events)
     return {e["id"]: f for e, f in zip(events, feats)}
+
+
+@pytest.mark.slow  # a JVM of its own and a fresh Python worker per Spark task
+def test_none_and_nan_keys_on_separate_python_workers(tmp_path):
+    # Python's hash() of None and NaN depends on the object's address: two
+    # workers that partition by it split such a key's events. The job runs in
+    # its own SparkContext, whose Python workers are separate interpreters.
+    job = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sliding_separate_workers_job.py")
+    done = subprocess.run(
+        [sys.executable, job, str(tmp_path), "--runner=beam_ext.runner.SparkRunner",
+         "--spark_master=local[2]", "--spark_parallelism=3",
+         "--spark_conf=spark.python.use.daemon=false", "--spark_conf=spark.ui.enabled=false"],
+        env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"), capture_output=True, text=True,
+        timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    got = {}
+    for path in glob.glob(str(tmp_path / "*.json")):
+        with open(path) as f:
+            got.update(json.loads(line) for line in f)
+    events = separate_job.events()
+    assert len(got) == len(events)
+
+    def group(key):  # as GroupByKey groups: by encoding, so every NaN is one key
+        return "NaN" if isinstance(key, float) and math.isnan(key) else key
+
+    times = collections.defaultdict(list)
+    for e in events:
+        times[group(e["card"])].append(e["ts"])
+    times = {k: np.sort(v) for k, v in times.items()}
+    wrong = {}
+    for e in events:
+        ts = times[group(e["card"])]
+        want = int(np.searchsorted(ts, e["ts"], side="right")
+                   - np.searchsorted(ts, e["ts"] - separate_job.WINDOW, side="right"))
+        if got[e["id"]] != want:
+            wrong[e["id"]] = (e["card"], got[e["id"]], want)
+    assert not wrong, f"{len(wrong)} wrong counts, e.g. {list(wrong.values())[:5]}"

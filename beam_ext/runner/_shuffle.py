@@ -1,11 +1,11 @@
 """Beam GroupByKey as a Spark shuffle on encoded key bytes.
 
 The producing stage writes windowed ``KV`` elements; :class:`ShuffleWriter`
-splits them into ``(encoded_key, payload)`` pairs that Spark partitions by a
-stable hash of the key bytes. :class:`GroupReader` turns one shuffled
-partition back into the encoded ``KV<K, Iterable<V>>`` elements the
-consuming stage reads, with Beam's windowing semantics (the same trigger
-driver Beam's own runners use in batch).
+splits them into ``(encoded_key, payload)`` pairs that Spark partitions by
+:func:`~beam_ext._key_hash.key_hash` of the key bytes, equal in every worker.
+:class:`GroupReader` turns one shuffled partition back into the encoded
+``KV<K, Iterable<V>>`` elements the consuming stage reads, with Beam's
+windowing semantics (the same trigger driver Beam's own runners use in batch).
 
 Global windowing with the default trigger, the common case, never decodes a
 value: the payload is the value's nested encoding and the output element is
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import struct
-import zlib
 from typing import Any, Iterable, Iterator
 
 from apache_beam import coders
@@ -23,6 +22,8 @@ from apache_beam.coders.coder_impl import create_InputStream, create_OutputStrea
 from apache_beam.transforms import trigger
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
+
+from beam_ext._key_hash import key_hash
 
 _CHUNK_BYTES = 4 << 20
 
@@ -82,9 +83,9 @@ class Buckets:
 
     def add(self, pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[int, bytes]]:
         streams, n, limit = self._streams, self._partitions, self._blob_bytes
-        crc32 = zlib.crc32
+        hash_ = key_hash
         for key, payload in pairs:
-            target = crc32(key) % n
+            target = hash_(key) % n
             out = streams[target]
             out.write(key, True)
             out.write(payload, True)

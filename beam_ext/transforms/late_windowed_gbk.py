@@ -9,12 +9,12 @@ bounded however many past windows are open.
 """
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import shutil
 import tempfile
-import zlib
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam import coders
@@ -28,6 +28,7 @@ from apache_beam.transforms.userstate import (
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, WindowedValue
 
+from beam_ext._key_hash import key_hash
 from beam_ext.runner.native import native_annotations, register_native
 from beam_ext.transforms.lateness import _transitions as panes
 from beam_ext.transforms.lateness._backends import _SpillBackend
@@ -162,11 +163,13 @@ class _SplitDeadLetters(beam.DoFn):
 
 
 def _kv_coders(pcoll: beam.PCollection) -> tuple[coders.Coder, coders.Coder]:
+    """Key and value coders of ``(key, value)`` input; the key coder is
+    deterministic, as GroupByKey's, because windows are grouped by its bytes."""
     coder = coders.registry.get_coder(pcoll.element_type)
-    if isinstance(coder, coders.TupleCoder) and len(coder.coder_impl._coder_impls) == 2:
-        key, value = coder._coders
-        return key, value
-    return coders.FastPrimitivesCoder(), coders.FastPrimitivesCoder()
+    if not coder.is_kv_coder():
+        coder = coders.FastPrimitivesCoder()
+    return (coder.key_coder().as_deterministic_coder("LateWindowedGroupByKey key"),
+            coder.value_coder())
 
 
 class _LatePanes(beam.PTransform):
@@ -267,39 +270,50 @@ def _late_panes_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     The input is bounded, so the watermark jumps to +infinity once a
     partition's values are all in the store, as on Beam's batch runners.
     """
-    trigger, cleanup, budget, key_coder, value_coder = pickle.loads(payload)
+    config = pickle.loads(payload)
+    _, _, _, key_coder, _ = config
     keyed = rdd.map(lambda wv: (key_coder.encode(wv.value[0]), wv))
-    shuffled = keyed.partitionBy(ctx.parallelism, lambda k: zlib.crc32(k))
+    shuffled = keyed.partitionBy(ctx.parallelism, key_hash)
+    return shuffled.mapPartitions(functools.partial(_partition_panes, config))
 
-    def run(partition: Iterable[tuple[bytes, WindowedValue]]) -> Iterable[WindowedValue]:
-        from beam_ext.state import SpillStore
 
-        tmp = tempfile.mkdtemp(prefix="beam_ext-spill-")
-        out: list[WindowedValue] = []
-        windows: dict[tuple[float, float], Any] = {}
+def _partition_panes(config: tuple, partition: Iterable[tuple[bytes, WindowedValue]]
+                     ) -> Iterator[WindowedValue]:
+    """One partition's panes and dead letters, passed on as the engine makes them.
 
-        def emit(key: bytes, w: tuple[float, float], vals: list[bytes], pane: PaneInfo) -> None:
-            out.append(_pane_output(key_coder.decode(key),
-                                    [value_coder.decode(v) for v in vals], windows[w], pane))
+    Only the outputs of one engine step (an element, or one window's timer)
+    are held at a time, so a task holds at most one pane beside the spill
+    store however many windows it fires.
+    """
+    from beam_ext.state import SpillStore
 
-        def dead(key: bytes, w: tuple[float, float], value: bytes) -> None:
-            out.append(WindowedValue(("dead", (key_coder.decode(key), value_coder.decode(value))),
-                                     windows[w].max_timestamp(), [windows[w]]))
+    trigger, cleanup, budget, key_coder, value_coder = config
+    tmp = tempfile.mkdtemp(prefix="beam_ext-spill-")
+    ready: list[WindowedValue] = []
+    windows: dict[tuple[float, float], Any] = {}
 
-        engine = _LateEngine(trigger, cleanup,
-                             _SpillBackend(SpillStore(tmp, budget)), emit, dead)
-        try:
-            for key, wv in partition:
-                encoded = value_coder.encode(wv.value[1])
-                for window in wv.windows:
-                    end = window.end.micros / 1e6
-                    w = (getattr(window, "start", window.end).micros / 1e6, end)
-                    windows.setdefault(w, window)
-                    engine.element(key, w, encoded)
-            engine.advance_watermark(float("inf"))
-        finally:
-            engine.close()
-            shutil.rmtree(tmp, ignore_errors=True)
-        return out
+    def emit(key: bytes, w: tuple[float, float], vals: Iterable[bytes], pane: PaneInfo) -> None:
+        ready.append(_pane_output(key_coder.decode(key),
+                                  [value_coder.decode(v) for v in vals], windows[w], pane))
 
-    return shuffled.mapPartitions(run)
+    def dead(key: bytes, w: tuple[float, float], value: bytes) -> None:
+        ready.append(WindowedValue(("dead", (key_coder.decode(key), value_coder.decode(value))),
+                                   windows[w].max_timestamp(), [windows[w]]))
+
+    engine = _LateEngine(trigger, cleanup, _SpillBackend(SpillStore(tmp, budget)), emit, dead)
+    try:
+        for key, wv in partition:
+            encoded = value_coder.encode(wv.value[1])
+            for window in wv.windows:
+                end = window.end.micros / 1e6
+                w = (getattr(window, "start", window.end).micros / 1e6, end)
+                windows.setdefault(w, window)
+                engine.element(key, w, encoded)
+            yield from ready
+            ready.clear()
+        for _ in engine.advancing_watermark(float("inf")):
+            yield from ready
+            ready.clear()
+    finally:
+        engine.close()
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -105,6 +105,12 @@ class _LateEngine:
         self._emit(kw[0], kw[1], self._backend.read(*kw), pane)
 
     def advance_watermark(self, watermark: float) -> None:
+        for _ in self.advancing_watermark(watermark):
+            pass
+
+    def advancing_watermark(self, watermark: float) -> Iterator[None]:
+        """:meth:`advance_watermark`, pausing after each timer it handles, so
+        a caller can pass each timer's panes on before the next fire."""
         if watermark < self._watermark:
             raise ValueError(f"watermark cannot go back from {self._watermark} to {watermark}")
         now = self._clock.now()
@@ -115,11 +121,15 @@ class _LateEngine:
         self._advanced_at = now
         self._watermark = watermark
         self._backend.flush()  # batched appends reach the store once per watermark step
-        self._fire_due()
+        yield from self._firing_due()
         if self._prestage and hasattr(self._trigger, "late_firing_offsets"):
             self._prestage_upcoming()
 
     def _fire_due(self) -> None:
+        for _ in self._firing_due():
+            pass
+
+    def _firing_due(self) -> Iterator[None]:
         watermark = self._watermark
         while self._timers and self._timers[0][0] <= watermark:
             t, _, key, window = heapq.heappop(self._timers)
@@ -144,6 +154,7 @@ class _LateEngine:
                 self._backend.purge(key, window)
             else:
                 self._set_timer(kw, window[1] + nxt)
+            yield
 
     def _prestage_upcoming(self) -> None:
         # Aion's periodic-watermark case: stage every window that will fire

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import zlib
 from typing import Any, Hashable
 
 import numpy as np
 
+from beam_ext._key_hash import key_hash, untyped_key_coder
 from beam_ext.transforms.sampling import _estimators as est
 from beam_ext.transforms.sampling._monitor import StatisticsMonitor, SubstreamStats
 
@@ -151,8 +151,9 @@ def _micros(seconds: float) -> int:
 
 
 def key_seed(key: Hashable) -> int:
-    """A seed for ``key`` that is the same in every process (unlike hash())."""
-    return zlib.crc32(repr(key).encode("utf-8"))
+    """A seed for ``key``, the same in every process: the hash of the key as
+    GroupByKey encodes it (``hash()`` and ``repr`` may differ between processes)."""
+    return key_hash(untyped_key_coder("ApproximateWindowAggregate key").encode(key))
 
 
 class _Stream:

@@ -28,6 +28,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
+from beam_ext._key_hash import key_hash, untyped_key_coder
 from beam_ext.runner.native import NativeContext, register_native
 from beam_ext.transforms.sliding._plan import COUNT_ALL, NATIVE_URN, _Plan
 from beam_ext.transforms.sliding.agg import AggSpec
@@ -125,26 +126,6 @@ def compute_columns(plan: _Plan, key_codes: np.ndarray, times: np.ndarray, colum
     return {name: [f[i] for i in idx] for (name, _, _), f in zip(plan.features, feats)}
 
 
-def _stable_hash(key: Any) -> int:
-    """A hash equal across processes (str hashes are salted per process)."""
-    import zlib
-
-    if isinstance(key, str):
-        return zlib.crc32(key.encode("utf-8"))
-    if isinstance(key, bytes):
-        return zlib.crc32(key)
-    if isinstance(key, tuple):
-        h = 0x345678
-        for k in key:
-            h = (h * 1000003) ^ _stable_hash(k)
-        return h & 0x7FFFFFFF
-    if key is None or isinstance(key, (int, float, bool)):
-        return hash(key) & 0x7FFFFFFF  # numeric hashes are not salted
-    import pickle
-
-    return zlib.crc32(pickle.dumps(key, protocol=4))
-
-
 def _partition(plan: _Plan, items: Iterator[tuple[Any, tuple[float, Any]]]) -> Iterator[Any]:
     groups, times, wvs = [], [], []
     for (key, _), (t, wv) in items:
@@ -159,13 +140,18 @@ def _partition(plan: _Plan, items: Iterator[tuple[Any, tuple[float, Any]]]) -> I
 def sliding_on_rdd(plan: _Plan, rdd: Any, parallelism: int) -> Any:
     """RDD of WindowedValue(event) -> RDD of WindowedValue((event, features))."""
 
+    # Keys are grouped and partitioned by their encoding, as GroupByKey does
+    # on the Beam path: Python's hash() differs between workers, and Python
+    # equality would split NaN keys and merge 1 with 1.0.
+    coder = untyped_key_coder("SlidingAggregate key")
+
     def keyed(wv: Any) -> tuple:
         event = wv.value
         t = plan.event_time(event, wv.timestamp.micros / 1e6)
-        return (plan.key(event), wv.windows), (t, wv)
+        return (coder.encode(plan.key(event)), wv.windows), (t, wv)
 
     return (rdd.map(keyed)
-            .partitionBy(parallelism, lambda k: _stable_hash(k[0]))
+            .partitionBy(parallelism, lambda k: key_hash(k[0]))
             .mapPartitions(lambda it: _partition(plan, it), preservesPartitioning=False))
 
 
