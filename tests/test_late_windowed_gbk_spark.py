@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import pickle
 import random
 
@@ -15,8 +16,9 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_ext.runner import SparkRunner
 from beam_ext.runner.native import NativeContext
+from beam_ext.runner.native._lateness import late_panes_on_spark
 from beam_ext.transforms import EveryNLateEvents, FixedLateness, LateWindowedGroupByKey
-from beam_ext.transforms.late_windowed_gbk import _late_panes_on_spark  # noqa: F401
+from beam_ext.transforms.late_windowed_gbk import NATIVE_URN
 
 from tests._late_model import model_panes
 from tests.test_late_windowed_gbk import SIZE, TYPED_PAIRS, _pane_row, typed_inputs
@@ -38,7 +40,7 @@ def _run(runner, events, budget, expected):
         assert_that(dead, equal_to([]), label="dead")
 
 
-def test_spark_equals_direct_and_model(spark):
+def test_spark_equals_direct_and_model(spark, caplog):
     events = _events(3, 120)
     transcript = [("add", k, ts, v) for k, ts, v in events]
     expected, _ = model_panes(transcript, SIZE, "every", 2, 30.0)
@@ -47,7 +49,9 @@ def test_spark_equals_direct_and_model(spark):
     # releases the watermark past timer output when process() emits nothing.)
     _run(FnApiRunner(), events, 64 << 20, expected)
     # A 4 KiB budget forces the spill store to destage to LMDB inside the tasks.
-    _run(SparkRunner(), events, 4096, expected)
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        _run(SparkRunner(), events, 4096, expected)
+    assert f"runs Spark-natively ({NATIVE_URN})" in caplog.text
 
 
 def test_typed_input(spark):
@@ -89,7 +93,7 @@ def test_native_path_streams_panes_as_windows_fire(spark):
     ctx = NativeContext(spark=spark, parallelism=1, step_name="Panes",
                         counter=lambda namespace, name: None)
     events = spark.sparkContext.parallelize(range(n_windows), 2).flatMap(_window_values)
-    panes = _late_panes_on_spark(pickle.dumps(config), events, ctx)
+    panes = late_panes_on_spark(pickle.dumps(config), events, ctx)
     [seen] = panes.mapPartitions(_firings_when_each_output_arrives).collect()
     assert [key for key, _ in seen] == ["k"] * n_windows
     fired = [asked for _, asked in seen]

@@ -77,3 +77,28 @@ def test_non_deterministic_key_coder_is_rejected(spark):
         with beam.Pipeline(runner=SparkRunner()) as p:
             _ = (p | beam.Create([1]) | beam.Map(lambda x: (Unordered(), x)).with_output_types(
                 beam.typehints.Tuple[Unordered, int]) | beam.GroupByKey())
+
+
+class _DeclaresUnknownNative(beam.PTransform):
+    """A composite naming a URN the runner's table does not have."""
+
+    def annotations(self):
+        from beam_ext.transforms._native import native_annotations
+
+        return {**super().annotations(), **native_annotations("beam_ext:no_such_native:v1", b"")}
+
+    def expand(self, pcoll):
+        return pcoll | beam.Map(lambda x: x * 2)
+
+
+def test_a_declared_native_without_implementation_runs_its_expansion_and_says_so(spark, caplog):
+    import logging
+
+    from apache_beam.testing.util import assert_that, equal_to
+
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            assert_that(p | beam.Create([1, 2]) | "Doubled" >> _DeclaresUnknownNative(),
+                        equal_to([2, 4]))
+    assert ("step 'Doubled': no Spark-native implementation of beam_ext:no_such_native:v1; "
+            "running its Beam expansion") in caplog.text

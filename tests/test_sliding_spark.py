@@ -4,6 +4,7 @@ from __future__ import annotations
 import collections
 import glob
 import json
+import logging
 import math
 import os
 import random
@@ -61,10 +62,12 @@ def runner_name(runner) -> str:
     return type(runner).__name__ if not isinstance(runner, str) else runner
 
 
-def test_spark_runner_substitutes_the_native_path_and_equals_the_oracle(spark, tmp_path):
+def test_spark_runner_substitutes_the_native_path_and_equals_the_oracle(spark, tmp_path, caplog):
     events = _events(1, 300)
     want = oracle(events, "card", "ts", WINDOWS, AGGS)
-    got = _collect(events, SparkRunner(), tmp_path)
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        got = _collect(events, SparkRunner(), tmp_path)
+    assert f"runs Spark-natively ({sliding.NATIVE_URN})" in caplog.text
     direct = _collect(events, "BundleBasedDirectRunner", tmp_path)
     assert len(got) == len(direct) == len(events)
     assert_features_close([got[e["id"]] for e in events], want, rel=0)

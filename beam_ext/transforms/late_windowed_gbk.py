@@ -9,12 +9,8 @@ bounded however many past windows are open.
 """
 from __future__ import annotations
 
-import functools
-import os
 import pickle
-import shutil
-import tempfile
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import apache_beam as beam
 from apache_beam import coders
@@ -28,13 +24,9 @@ from apache_beam.transforms.userstate import (
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, WindowedValue
 
-from beam_ext._key_hash import key_hash
-from beam_ext.runner.native import native_annotations, register_native
+from beam_ext.transforms._native import native_annotations
 from beam_ext.transforms.lateness import _transitions as panes
-from beam_ext.transforms.lateness._backends import _SpillBackend
-from beam_ext.transforms.lateness._engine import _LateEngine
 from beam_ext.transforms.lateness.triggers import (
-    AfterLateDelay,
     Cleanup,
     EveryNLateEvents,
     LateTrigger,
@@ -44,7 +36,7 @@ from beam_ext.transforms.lateness.triggers import (
 
 __all__ = ["LateWindowedGroupByKey"]
 
-_URN = "beam_ext:late_windowed_gbk:v1"
+NATIVE_URN = "beam_ext:late_windowed_gbk:v1"  # SparkRunner: runner/native/_lateness.py
 _NAMESPACE = "beam_ext.lateness"
 _DEAD_COUNTER = "dead_letter"
 _DEFAULT_POLICY_HORIZON = 30 * 24 * 3600.0
@@ -175,7 +167,7 @@ def _kv_coders(pcoll: beam.PCollection) -> tuple[coders.Coder, coders.Coder]:
 class _LatePanes(beam.PTransform):
     """The stateful part; outputs ("pane", (k, values)) and ("dead", (k, v)).
 
-    On SparkRunner this is replaced by :func:`_late_panes_on_spark`.
+    On SparkRunner this is replaced by ``beam_ext.runner.native._lateness``.
     """
 
     def __init__(self, trigger: LateTrigger, cleanup: Any, budget: int,
@@ -185,7 +177,7 @@ class _LatePanes(beam.PTransform):
 
     def annotations(self) -> dict[str, Any]:
         return {**super().annotations(),
-                **native_annotations(_URN, pickle.dumps(self._config))}
+                **native_annotations(NATIVE_URN, pickle.dumps(self._config))}
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         trigger, cleanup = self._config[:2]
@@ -258,62 +250,3 @@ class _LatePaneFn(beam.DoFn):
         if pane is not None:
             yield _pane_output(key, list(values.read()), window, pane)
         meta.write(st)
-
-
-# ------------------------------------------------------------------ SparkRunner
-
-
-@register_native(_URN)
-def _late_panes_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
-    """Per key partition, the same pane logic over a SpillStore per task.
-
-    The input is bounded, so the watermark jumps to +infinity once a
-    partition's values are all in the store, as on Beam's batch runners.
-    """
-    config = pickle.loads(payload)
-    _, _, _, key_coder, _ = config
-    keyed = rdd.map(lambda wv: (key_coder.encode(wv.value[0]), wv))
-    shuffled = keyed.partitionBy(ctx.parallelism, key_hash)
-    return shuffled.mapPartitions(functools.partial(_partition_panes, config))
-
-
-def _partition_panes(config: tuple, partition: Iterable[tuple[bytes, WindowedValue]]
-                     ) -> Iterator[WindowedValue]:
-    """One partition's panes and dead letters, passed on as the engine makes them.
-
-    Only the outputs of one engine step (an element, or one window's timer)
-    are held at a time, so a task holds at most one pane beside the spill
-    store however many windows it fires.
-    """
-    from beam_ext.state import SpillStore
-
-    trigger, cleanup, budget, key_coder, value_coder = config
-    tmp = tempfile.mkdtemp(prefix="beam_ext-spill-")
-    ready: list[WindowedValue] = []
-    windows: dict[tuple[float, float], Any] = {}
-
-    def emit(key: bytes, w: tuple[float, float], vals: Iterable[bytes], pane: PaneInfo) -> None:
-        ready.append(_pane_output(key_coder.decode(key),
-                                  [value_coder.decode(v) for v in vals], windows[w], pane))
-
-    def dead(key: bytes, w: tuple[float, float], value: bytes) -> None:
-        ready.append(WindowedValue(("dead", (key_coder.decode(key), value_coder.decode(value))),
-                                   windows[w].max_timestamp(), [windows[w]]))
-
-    engine = _LateEngine(trigger, cleanup, _SpillBackend(SpillStore(tmp, budget)), emit, dead)
-    try:
-        for key, wv in partition:
-            encoded = value_coder.encode(wv.value[1])
-            for window in wv.windows:
-                end = window.end.micros / 1e6
-                w = (getattr(window, "start", window.end).micros / 1e6, end)
-                windows.setdefault(w, window)
-                engine.element(key, w, encoded)
-            yield from ready
-            ready.clear()
-        for _ in engine.advancing_watermark(float("inf")):
-            yield from ready
-            ready.clear()
-    finally:
-        engine.close()
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -16,12 +16,11 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Timestamp
 
-from beam_ext.runner.native import native_annotations
 from beam_ext.state.reservoir import EventReservoir
 from beam_ext.transforms._fields import FieldSpec
+from beam_ext.transforms._native import native_annotations
 from beam_ext.transforms.sliding._engine import _SlidingEngine, compute_sorted
 from beam_ext.transforms.sliding._plan import NATIVE_URN, SlidingWindow, _Plan
-from beam_ext.transforms.sliding._vectorised import _sliding_on_spark  # noqa: F401 - registers it
 from beam_ext.transforms.sliding.agg import AggSpec
 _METRICS_NAMESPACE = "beam_ext.SlidingAggregate"
 _LATE_POLICIES = ("drop", "rewrite")

@@ -1,6 +1,6 @@
 """Batch SlidingAggregate as array programs: numpy over key-sorted arrays.
 
-Used by SparkRunner per partition (see :func:`_sliding_on_spark`). Every
+Used by SparkRunner per partition (``beam_ext/runner/native/_sliding.py``). Every
 window is a pair of positions ``[lo, hi)`` in the key-sorted data, found for
 all events at once by binary search on (key, timestamp-rank) codes; then each
 aggregation's vectorised form, taken from the registry of kinds
@@ -24,13 +24,11 @@ this version does not know) is refused, naming the aggregation.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import numpy as np
 
-from beam_ext._key_hash import key_hash, untyped_key_coder
-from beam_ext.runner.native import NativeContext, register_native
-from beam_ext.transforms.sliding._plan import COUNT_ALL, NATIVE_URN, _Plan
+from beam_ext.transforms.sliding._plan import COUNT_ALL, _Plan
 from beam_ext.transforms.sliding.agg import AggSpec
 from beam_ext.transforms.aggregators._columnar import Column
 from beam_ext.transforms.aggregators.registry import Vectorised
@@ -124,39 +122,3 @@ def compute_columns(plan: _Plan, key_codes: np.ndarray, times: np.ndarray, colum
     inverse[order] = np.arange(len(order))
     idx = inverse.tolist()
     return {name: [f[i] for i in idx] for (name, _, _), f in zip(plan.features, feats)}
-
-
-def _partition(plan: _Plan, items: Iterator[tuple[Any, tuple[float, Any]]]) -> Iterator[Any]:
-    groups, times, wvs = [], [], []
-    for (key, _), (t, wv) in items:
-        groups.append((key, wv.windows))
-        times.append(t)
-        wvs.append(wv)
-    feats = compute_batch(plan, groups, np.asarray(times, dtype=np.float64), [wv.value for wv in wvs])
-    for wv, f in zip(wvs, feats):
-        yield wv.with_value((wv.value, f))
-
-
-def sliding_on_rdd(plan: _Plan, rdd: Any, parallelism: int) -> Any:
-    """RDD of WindowedValue(event) -> RDD of WindowedValue((event, features))."""
-
-    # Keys are grouped and partitioned by their encoding, as GroupByKey does
-    # on the Beam path: Python's hash() differs between workers, and Python
-    # equality would split NaN keys and merge 1 with 1.0.
-    coder = untyped_key_coder("SlidingAggregate key")
-
-    def keyed(wv: Any) -> tuple:
-        event = wv.value
-        t = plan.event_time(event, wv.timestamp.micros / 1e6)
-        return (coder.encode(plan.key(event)), wv.windows), (t, wv)
-
-    return (rdd.map(keyed)
-            .partitionBy(parallelism, lambda k: key_hash(k[0]))
-            .mapPartitions(lambda it: _partition(plan, it), preservesPartitioning=False))
-
-
-@register_native(NATIVE_URN)
-def _sliding_on_spark(payload: bytes, rdd: Any, ctx: NativeContext) -> Any:
-    from apache_beam.internal import pickler
-
-    return sliding_on_rdd(pickler.loads(payload), rdd, ctx.parallelism)

@@ -1,0 +1,62 @@
+"""Spark-native implementations of beam_ext's transforms: one explicit table.
+
+A beam_ext composite declares a URN in its annotations
+(:mod:`beam_ext.transforms._native`). When that URN is a key of
+:data:`TRANSLATIONS`, planning turns the composite into one runner-executed
+leaf and the batch executor calls the implementation with the composite's
+input as an RDD of ``WindowedValue``; it returns the output the same way.
+The runner decodes and encodes with the PCollections' coders, so the
+implementation never sees bytes. A composite whose URN is not here runs its
+Beam expansion, and planning logs that, with the reason.
+
+Both paths must give the same results; tests compare them. Adding one:
+write ``fn(payload, rdd, ctx) -> rdd`` in a module of this package and add
+its line to :data:`TRANSLATIONS`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Protocol
+
+from beam_ext.runner.native._lateness import late_panes_on_spark
+from beam_ext.runner.native._sliding import sliding_on_spark
+from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_ANNOTATION
+from beam_ext.transforms.late_windowed_gbk import NATIVE_URN as LATE_WINDOWED_GBK_URN
+from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
+
+__all__ = ["NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION", "TRANSLATIONS", "NativeContext",
+           "NativeFn", "lookup_native"]
+
+
+class NativeCounter(Protocol):
+    def inc(self, n: int = 1) -> None: ...
+
+
+@dataclasses.dataclass
+class NativeContext:
+    """What a native implementation may use besides its input.
+
+    ``parallelism`` is the number of partitions the runner uses for shuffles.
+    ``counter(namespace, name)`` returns a picklable counter usable inside
+    Spark tasks; its total shows up in ``result.metrics()`` under the
+    composite's step name.
+    """
+
+    spark: Any
+    parallelism: int
+    step_name: str
+    counter: Callable[[str, str], NativeCounter]
+
+
+NativeFn = Callable[[bytes, Any, NativeContext], Any]
+
+#: URN declared by a transform -> its Spark-native implementation.
+TRANSLATIONS: dict[str, NativeFn] = {
+    SLIDING_URN: sliding_on_spark,
+    LATE_WINDOWED_GBK_URN: late_panes_on_spark,
+}
+
+
+def lookup_native(urn: str) -> NativeFn | None:
+    """The implementation of ``urn`` in :data:`TRANSLATIONS`, or None."""
+    return TRANSLATIONS.get(urn)

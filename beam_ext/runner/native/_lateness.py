@@ -1,0 +1,76 @@
+"""LateWindowedGroupByKey on Spark: the lateness engine over a SpillStore per task.
+
+Keys are partitioned by the stable hash of their encoding; each task feeds
+its partition to the same pane engine the Beam path's transitions come from
+(:mod:`beam_ext.transforms.lateness`), with values in a spill store bounded
+by the transform's memory budget, and passes panes on as windows fire.
+"""
+from __future__ import annotations
+
+import functools
+import pickle
+import shutil
+import tempfile
+from typing import Any, Iterable, Iterator
+
+from apache_beam.utils.windowed_value import PaneInfo, WindowedValue
+
+from beam_ext._key_hash import key_hash
+from beam_ext.transforms.late_windowed_gbk import _pane_output
+from beam_ext.transforms.lateness._backends import _SpillBackend
+from beam_ext.transforms.lateness._engine import _LateEngine
+
+
+def late_panes_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
+    """Per key partition, the same pane logic over a SpillStore per task.
+
+    The input is bounded, so the watermark jumps to +infinity once a
+    partition's values are all in the store, as on Beam's batch runners.
+    """
+    config = pickle.loads(payload)
+    _, _, _, key_coder, _ = config
+    keyed = rdd.map(lambda wv: (key_coder.encode(wv.value[0]), wv))
+    shuffled = keyed.partitionBy(ctx.parallelism, key_hash)
+    return shuffled.mapPartitions(functools.partial(_partition_panes, config))
+
+
+def _partition_panes(config: tuple, partition: Iterable[tuple[bytes, WindowedValue]]
+                     ) -> Iterator[WindowedValue]:
+    """One partition's panes and dead letters, passed on as the engine makes them.
+
+    Only the outputs of one engine step (an element, or one window's timer)
+    are held at a time, so a task holds at most one pane beside the spill
+    store however many windows it fires.
+    """
+    from beam_ext.state import SpillStore
+
+    trigger, cleanup, budget, key_coder, value_coder = config
+    tmp = tempfile.mkdtemp(prefix="beam_ext-spill-")
+    ready: list[WindowedValue] = []
+    windows: dict[tuple[float, float], Any] = {}
+
+    def emit(key: bytes, w: tuple[float, float], vals: Iterable[bytes], pane: PaneInfo) -> None:
+        ready.append(_pane_output(key_coder.decode(key),
+                                  [value_coder.decode(v) for v in vals], windows[w], pane))
+
+    def dead(key: bytes, w: tuple[float, float], value: bytes) -> None:
+        ready.append(WindowedValue(("dead", (key_coder.decode(key), value_coder.decode(value))),
+                                   windows[w].max_timestamp(), [windows[w]]))
+
+    engine = _LateEngine(trigger, cleanup, _SpillBackend(SpillStore(tmp, budget)), emit, dead)
+    try:
+        for key, wv in partition:
+            encoded = value_coder.encode(wv.value[1])
+            for window in wv.windows:
+                end = window.end.micros / 1e6
+                w = (getattr(window, "start", window.end).micros / 1e6, end)
+                windows.setdefault(w, window)
+                engine.element(key, w, encoded)
+            yield from ready
+            ready.clear()
+        for _ in engine.advancing_watermark(float("inf")):
+            yield from ready
+            ready.clear()
+    finally:
+        engine.close()
+        shutil.rmtree(tmp, ignore_errors=True)
