@@ -390,15 +390,17 @@ class TrackerTable:
             self._xor_into(e, p, seg, x)
             e.reporters.add(p)
             touched.add(s)
-        for s, src in batch.promises:
-            if s in self._retired:
-                continue
-            e = self._entry(s)
-            e.promised.add(src)
-            e.reporters.add(p)
-            touched.add(s)
+        self._apply_promises(batch, touched)
         self._apply_acks(batch, touched)
         return touched
+
+    def _apply_promises(self, batch: Batch, touched: set[Substream]) -> None:
+        for s, src in batch.promises:
+            if s not in self._retired:
+                e = self._entry(s)
+                e.promised.add(src)
+                e.reporters.add(batch.process)
+                touched.add(s)
 
     def _apply_acks(self, batch: Batch, touched: set[Substream]) -> None:
         for s, proc in batch.acks:
@@ -434,12 +436,7 @@ class TrackerTable:
         for s, label in batch.labels:
             if s not in self._retired:
                 self._set_label(self._entry(s), s, label)
-        for s, src in batch.promises:
-            if s not in self._retired:
-                e = self._entry(s)
-                e.promised.add(src)
-                e.reporters.add(p)
-                touched.add(s)
+        self._apply_promises(batch, touched)
         self._apply_acks(batch, touched)
         return touched
 

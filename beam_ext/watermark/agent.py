@@ -394,15 +394,10 @@ class LocalAgent:
                     return
                 batch = self._unacked[0]
                 batch.incarnation = self._incarnation
-            try:
-                ack = self._stubs["Report"](batch, metadata=self._metadata, timeout=10.0)
-            except grpc.RpcError as exc:
-                err = self._translate(exc)
-                if not isinstance(err, ConnectionError):
-                    self._fail(err)
-                    raise err from None
+            ack = self._send_batch(batch)
+            if isinstance(ack, ConnectionError):
                 if raise_errors:
-                    raise err from None
+                    raise ack from None
                 return
             self.messages_sent += 1
             self._last_contact = self._intervals.now()
@@ -413,6 +408,20 @@ class LocalAgent:
                 if self._unacked and self._unacked[0] is batch:
                     self._unacked.pop(0)
                 self._forget(ack.retired)
+
+    def _send_batch(self, batch: pb.ReportBatch):
+        """Sends one batch: the service's ack, or the ConnectionError to retry on.
+
+        Any other error fails the agent (recorded, then raised).
+        """
+        try:
+            return self._stubs["Report"](batch, metadata=self._metadata, timeout=10.0)
+        except grpc.RpcError as exc:
+            err = self._translate(exc)
+        if not isinstance(err, ConnectionError):
+            self._fail(err)
+            raise err from None
+        return err
 
     def _forget(self, retired) -> None:
         for m in retired:
@@ -435,14 +444,10 @@ class LocalAgent:
             batch.labels.extend(pb.Label(substream=encode_substream(s), label=l) for s, l in self._cum_labels.items())
             batch.host_acks.extend(encode_at(p, s) for p, s in self._delivered if s not in self._retired)
             batch.retired.extend(encode_substream(s) for s in sorted(self._retired, key=order_key))
-        try:
-            ack = self._stubs["Report"](batch, metadata=self._metadata, timeout=10.0)
-        except grpc.RpcError as exc:
-            err = self._translate(exc)
-            if not isinstance(err, ConnectionError):
-                self._fail(err)
-            if raise_errors or not isinstance(err, ConnectionError):
-                raise err from None
+        ack = self._send_batch(batch)
+        if isinstance(ack, ConnectionError):
+            if raise_errors:
+                raise ack from None
             return
         self.messages_sent += 1
         with self._cond:
