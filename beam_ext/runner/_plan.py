@@ -258,6 +258,7 @@ class _Planner:
             name=stage.name,
             descriptor=self._descriptor(stage).SerializeToString(),
             inputs=tuple(input_ids),
+            input_coders=tuple(input_coders),
             outputs=output_ids,
             shuffle_writers=shuffle_writers,
             timer_families=tuple(sorted(stage.timers)),

@@ -51,7 +51,8 @@ class SparkRunnerOptions(PipelineOptions):
             "--spark_bundle_size",
             type=int,
             default=64 << 20,
-            help="Largest input, in bytes, fed to one Beam bundle inside a Spark task.")
+            help="Input, in bytes, of one Beam bundle inside a Spark task: a bundle closes "
+            "once its elements reach this size (1: one element per bundle).")
 
 
 def parse_spark_conf(entries: list[str] | None) -> dict[str, str]:
