@@ -19,6 +19,16 @@ def test_spark_conf_entries_are_parsed_and_bad_ones_named():
         parse_spark_conf(["oops"])
 
 
+@pytest.mark.parametrize("flag", [
+    "--spark_parallelism=0", "--spark_parallelism=-3", "--spark_bundle_size=0",
+    "--spark_bundle_size=-1", "--spark_state_memory=0", "--spark_state_memory=-5"])
+def test_out_of_range_options_are_rejected_naming_the_flag(spark, flag):
+    name, value = flag.split("=")
+    with pytest.raises(ValueError, match=f"^{name} must be a positive integer, got {value}$"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions([flag])) as p:
+            _ = p | beam.Create([1, 2, 3]) | beam.Reshuffle()
+
+
 def test_unreachable_master_is_named():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -55,6 +55,28 @@ class SparkRunnerOptions(PipelineOptions):
             "once its elements reach this size (1: one element per bundle).")
 
 
+# Options that must be positive integers when set (None: Spark's default).
+_POSITIVE_OPTIONS = ("spark_parallelism", "spark_bundle_size", "spark_state_memory")
+
+
+def check_options(options: SparkRunnerOptions) -> None:
+    """Rejects out-of-range values, naming the flag, before Spark starts.
+
+    Example::
+
+        check_options(PipelineOptions(["--spark_bundle_size=0"]).view_as(SparkRunnerOptions))
+        # ValueError: --spark_bundle_size must be a positive integer, got 0
+    """
+    for name in _POSITIVE_OPTIONS:
+        value = getattr(options, name)
+        if value is None and name == "spark_parallelism":
+            continue
+        # bool is an int to Python, never a count to a user.
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {value!r}")
+    parse_spark_conf(options.spark_conf)
+
+
 def parse_spark_conf(entries: list[str] | None) -> dict[str, str]:
     """``["k=v", ...]`` -> ``{"k": "v"}``, naming the malformed entry on error."""
     conf: dict[str, str] = {}

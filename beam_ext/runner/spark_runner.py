@@ -16,7 +16,7 @@ from beam_ext.runner._execute import PlanExecution
 from beam_ext.runner._metrics import SparkMetrics
 from beam_ext.runner._plan import plan_pipeline
 from beam_ext.runner._test_stream import TestStreamAsBoundedSource
-from beam_ext.runner.options import SparkRunnerOptions
+from beam_ext.runner.options import SparkRunnerOptions, check_options
 from beam_ext.runner.session import get_or_create_session
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -88,6 +88,7 @@ class SparkRunner(runner.PipelineRunner):
     def run_proto(self, proto, options: pipeline_options.PipelineOptions):
         """Runs a Runner API pipeline proto (the portable entry point)."""
         spark_options = options.view_as(SparkRunnerOptions)
+        check_options(spark_options)
         validate_pipeline_graph(proto)
         proto = merge_common_environments(merge_superset_dep_environments(proto))
         for env_id, env in proto.components.environments.items():
