@@ -79,6 +79,7 @@ class PlannedStage:
     spec: Optional[StageSpec] = None  # None for a native stage
     native: Optional[NativeSpec] = None
     side_inputs: list[SideInputSpec] = dataclasses.field(default_factory=list)
+    steps: tuple[str, ...] = ()  # the user's top-level steps fused here, for errors
     keyed: bool = False  # stateful: partition input by key first
     spread: bool = False  # SDF processing: spread input elements over partitions
 
@@ -94,6 +95,17 @@ def _spread_sdf_processing(stages: Iterable[Stage], context: TransformContext):
         if any(t.spec.urn == _SDF_PROCESS_URN for t in stage.transforms):
             stage.forced_root = True
         yield stage
+
+
+def _user_steps(stage: Stage) -> tuple[str, ...]:
+    """The top-level steps (``"Create"``, ``"Parse"``) of a fused stage's transforms.
+
+    The stage's own name joins transform ids; users know their step labels.
+    """
+    runner_made = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
+    names = (t.unique_name.split("/")[0] for t in stage.transforms
+             if t.spec.urn not in runner_made)
+    return tuple(dict.fromkeys(names)) or (stage.name,)
 
 
 def _substitute_natives(proto: beam_runner_api_pb2.Pipeline) -> frozenset[str]:
@@ -248,9 +260,11 @@ class _Planner:
                     f"SparkRunner: runner transform {transform.unique_name!r} ({urn}) "
                     "was not expanded by planning")
         planned = PlannedStage(name=stage.name, inputs=inputs, outputs=outputs,
-                               input_coders=input_coders, side_inputs=side_inputs)
+                               input_coders=input_coders, side_inputs=side_inputs,
+                               steps=_user_steps(stage))
         if native_transform is not None:
             planned.native = self._native_spec(native_transform)
+            planned.steps = (native_transform.unique_name,)
             return planned
         planned.keyed = stage.is_stateful()
         planned.spread = any(t.spec.urn == _SDF_PROCESS_URN for t in stage.transforms)

@@ -18,9 +18,12 @@ class SparkRunnerOptions(PipelineOptions):
     def _add_argparse_args(cls, parser) -> None:
         parser.add_argument(
             "--spark_master",
-            default="local[*]",
-            help="Spark master URL (local[N], spark://host:port, yarn, ...). "
-            "Ignored when a SparkContext is already running.")
+            # local[N] never retries a failed task; local[N,F] tries it up to F
+            # times, like spark.task.maxFailures (default 4) on a cluster.
+            default="local[*,4]",
+            help="Spark master URL (local[N], local[N,F], spark://host:port, yarn, ...). "
+            "The default runs locally on every core and tries a failed task up to 4 "
+            "times. Ignored when a SparkContext is already running.")
         parser.add_argument(
             "--spark_conf",
             action="append",

@@ -53,7 +53,7 @@ class SparkRunner(runner.PipelineRunner):
     inside Spark tasks through Beam's bundle processor; GroupByKey is a Spark
     shuffle on encoded keys. An active SparkSession (spark-submit, notebooks,
     tests) is used as is; otherwise one is started from
-    :class:`SparkRunnerOptions` (``local[*]`` by default).
+    :class:`SparkRunnerOptions` (``local[*,4]`` by default).
 
     Example::
 
