@@ -143,16 +143,14 @@ def test_flatten_including_empty_and_repeated(tmp_path):
     assert spark_equals_direct(build, tmp_path) == [1, 1, 2, 2, 3]
 
 
-@BUNDLE_SIZES
-def test_reshuffle_keeps_every_element(tmp_path, bundle):
+def test_reshuffle_keeps_every_element(tmp_path):
     out = spark_equals_direct(
         lambda p: p | beam.Create(range(200)) | beam.Reshuffle() | beam.Map(lambda x: x * 2),
-        tmp_path, bundle)
+        tmp_path)
     assert sorted(out) == [x * 2 for x in range(200)]
 
 
-@BUNDLE_SIZES
-def test_side_inputs_of_every_kind(tmp_path, bundle):
+def test_side_inputs_of_every_kind(tmp_path):
     def build(p):
         main = p | "Main" >> beam.Create([1, 2, 3])
         side = p | "Side" >> beam.Create([("a", 1), ("b", 2), ("a", 3)])
@@ -166,7 +164,7 @@ def test_side_inputs_of_every_kind(tmp_path, bundle):
             lst=beam.pvalue.AsList(side),
             dct=beam.pvalue.AsDict(side | "Last" >> beam.CombinePerKey(max)),
             multi=beam.pvalue.AsMultiMap(side))
-    out = spark_equals_direct(build, tmp_path, bundle)
+    out = spark_equals_direct(build, tmp_path)
     assert out[0] == [11, [1, 2, 3], 3, [["a", 3], ["b", 2]], [1, 3]]
 
 
@@ -344,3 +342,11 @@ def test_one_byte_bundles_hold_one_element_each(tmp_path):
                                   | beam.ParDo(_BundleSizes())),
         str(tmp_path), ["--spark_bundle_size=1"])
     assert [n for n in out if n] == [1] * 20
+
+
+def test_stateful_batches_of_one_key_are_whole_at_any_bundle_size(tmp_path):
+    """A stateful batcher on one key: bundles of one element must not cut batches."""
+    def build(p):
+        return (p | beam.Create(range(10)) | beam.Map(lambda x: ("k", x))
+                | beam.GroupIntoBatches(5) | beam.MapTuple(lambda k, batch: len(batch)))
+    assert spark_equals_direct(build, tmp_path, ["--spark_bundle_size=1"]) == [5, 5]
