@@ -63,7 +63,8 @@ _POSITIVE_OPTIONS = ("spark_parallelism", "spark_bundle_size", "spark_state_memo
 
 
 def check_options(options: SparkRunnerOptions) -> None:
-    """Rejects out-of-range values, naming the flag, before Spark starts.
+    """Rejects out-of-range values and malformed ``--spark_conf`` entries,
+    naming the flag, before Spark starts.
 
     Example::
 
