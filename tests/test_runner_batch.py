@@ -17,20 +17,31 @@ pytestmark = pytest.mark.usefixtures("spark")
 
 TEXT = ["the quick brown fox", "jumps over the lazy dog", "the dog", ""]
 
+# Results must not depend on how a task cuts its input into bundles (Beam's
+# own tests rerun with bundle sizes 1, 2, 3): the default (one bundle per
+# task here), one element per bundle, and a few small elements per bundle.
+BUNDLE_SIZES = pytest.mark.parametrize("bundle", [
+    pytest.param([], id="default"),
+    pytest.param(["--spark_bundle_size=1"], id="1B"),
+    pytest.param(["--spark_bundle_size=48"], id="48B"),
+])
+
 
 def _timestamped(p, pairs, label="Create"):
     return (p | label >> beam.Create(pairs)
               | f"{label}Stamp" >> beam.MapTuple(lambda v, ts: window.TimestampedValue(v, ts)))
 
 
-def test_wordcount(tmp_path):
+@BUNDLE_SIZES
+def test_wordcount(tmp_path, bundle):
     out = spark_equals_direct(
         lambda p: (p | beam.Create(TEXT) | beam.FlatMap(str.split)
-                   | beam.combiners.Count.PerElement()), tmp_path)
+                   | beam.combiners.Count.PerElement()), tmp_path, bundle)
     assert ["the", 3] in out and ["dog", 2] in out and len(out) == 8
 
 
-def test_group_by_key_fixed_windows_with_timestamps(tmp_path):
+@BUNDLE_SIZES
+def test_group_by_key_fixed_windows_with_timestamps(tmp_path, bundle):
     def build(p):
         return (_timestamped(p, [(("k", 1), 1), (("k", 2), 9), (("k", 3), 11), (("j", 4), 12)])
                 | beam.WindowInto(window.FixedWindows(10))
@@ -38,7 +49,7 @@ def test_group_by_key_fixed_windows_with_timestamps(tmp_path):
                 | beam.MapTuple(lambda k, vs: (k, sorted(vs)))
                 | beam.Map(lambda kv, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam:
                            (kv, float(w.start), float(t))))
-    out = spark_equals_direct(build, tmp_path)
+    out = spark_equals_direct(build, tmp_path, bundle)
     assert [["k", [1, 2]], 0.0, 9.999] in out
     assert [["k", [3]], 10.0, 19.999] in out
 
@@ -112,14 +123,15 @@ class _MeanFn(beam.CombineFn):
         return acc[0] / acc[1] if acc[1] else None
 
 
-def test_lifted_combiners_and_global_default(tmp_path):
+@BUNDLE_SIZES
+def test_lifted_combiners_and_global_default(tmp_path, bundle):
     def build(p):
         pairs = p | beam.Create([("a", 1), ("a", 3), ("b", 10)] * 50)
         per_key = pairs | beam.CombinePerKey(_MeanFn())
         empty_total = (p | "Empty" >> beam.Create([]).with_output_types(int)
                        | beam.CombineGlobally(sum))
         return (per_key, empty_total | beam.Map(lambda s: ("empty", s))) | beam.Flatten()
-    assert spark_equals_direct(build, tmp_path) == [["a", 2.0], ["b", 10.0], ["empty", 0]]
+    assert spark_equals_direct(build, tmp_path, bundle) == [["a", 2.0], ["b", 10.0], ["empty", 0]]
 
 
 def test_flatten_including_empty_and_repeated(tmp_path):
@@ -194,11 +206,12 @@ class _BufferUntilTimer(beam.DoFn):
         yield ("processing", key, None, None)
 
 
-def test_stateful_dofn_with_event_and_processing_timers(tmp_path):
+@BUNDLE_SIZES
+def test_stateful_dofn_with_event_and_processing_timers(tmp_path, bundle):
     def build(p):
         return (p | beam.Create([("a", 3), ("b", 1), ("a", 1), ("a", 2)] * 3)
                 | beam.ParDo(_BufferUntilTimer()))
-    out = spark_equals_direct(build, tmp_path)
+    out = spark_equals_direct(build, tmp_path, bundle)
     assert ["event", "a", [1, 1, 1, 2, 2, 2, 3, 3, 3], 9] in out
     assert ["processing", "b", None, None] in out and len(out) == 4
 
@@ -249,10 +262,13 @@ class _Measured(beam.DoFn):
         yield x
 
 
-def test_user_metrics_are_merged_over_tasks(spark):
+@BUNDLE_SIZES
+def test_user_metrics_are_merged_over_tasks(spark, bundle):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     from beam_ext.runner import SparkRunner
 
-    p = beam.Pipeline(runner=SparkRunner())
+    p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(bundle))
     _ = p | beam.Create(list(range(1, 101))) | beam.Reshuffle() | beam.ParDo(_Measured())
     result = p.run()
     result.wait_until_finish()
@@ -263,11 +279,74 @@ def test_user_metrics_are_merged_over_tasks(spark):
     assert metrics["gauges"][0].committed.value in range(1, 101)
 
 
-def test_spill_state_backend_gives_the_same_results(tmp_path):
+@BUNDLE_SIZES
+def test_spill_state_backend_gives_the_same_results(tmp_path, bundle):
     def build(p):
         return (p | beam.Create([("a", 3), ("b", 1), ("a", 1), ("a", 2)] * 3)
                 | beam.ParDo(_BufferUntilTimer())
                 | beam.Filter(lambda r: r[0] == "event"))
     out = spark_equals_direct(build, tmp_path, ["--spark_state_backend=spill",
-                                                "--spark_state_memory=1024"])
+                                                "--spark_state_memory=1024", *bundle])
     assert ["event", "a", [1, 1, 1, 2, 2, 2, 3, 3, 3], 9] in out
+
+
+class _OnePerCall(beam.DoFn, beam.transforms.core.RestrictionProvider):
+    """Splittable: emits one position of [0, n) per call, then defers the rest."""
+
+    def initial_restriction(self, n):
+        from apache_beam.io.restriction_trackers import OffsetRange
+        return OffsetRange(0, n)
+
+    def create_tracker(self, restriction):
+        from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, n, restriction):
+        return restriction.size()
+
+    def process(self, n, tracker=beam.DoFn.RestrictionParam()):
+        position = tracker.current_restriction().start
+        if tracker.try_claim(position):
+            yield n, position
+            tracker.defer_remainder()
+
+
+@BUNDLE_SIZES
+def test_self_checkpointing_sdf_residuals_survive_every_bundle(tmp_path, bundle):
+    out = spark_equals_direct(
+        lambda p: (p | beam.Create(range(1, 21)) | beam.Reshuffle()
+                   | beam.ParDo(_OnePerCall()).with_output_types(typing.Tuple[int, int])),
+        tmp_path, bundle)
+    assert len(out) == sum(range(1, 21))
+
+
+class _BundleSizes(beam.DoFn):
+    """Emits the number of elements of each bundle it processes."""
+
+    def start_bundle(self):
+        self._seen = 0
+
+    def process(self, x):
+        self._seen += 1
+
+    def finish_bundle(self):
+        yield beam.utils.windowed_value.WindowedValue(self._seen, 0, [window.GlobalWindow()])
+
+
+def test_one_byte_bundles_hold_one_element_each(tmp_path):
+    from beam_ext.runner import SparkRunner
+    from pipeline_outputs import run_and_collect
+
+    out = run_and_collect(
+        SparkRunner(), lambda p: (p | beam.Create(range(20)) | beam.Reshuffle()
+                                  | beam.ParDo(_BundleSizes())),
+        str(tmp_path), ["--spark_bundle_size=1"])
+    assert [n for n in out if n] == [1] * 20
+
+
+def test_stateful_batches_of_one_key_are_whole_at_any_bundle_size(tmp_path):
+    """A stateful batcher on one key: bundles of one element must not cut batches."""
+    def build(p):
+        return (p | beam.Create(range(10)) | beam.Map(lambda x: ("k", x))
+                | beam.GroupIntoBatches(5) | beam.MapTuple(lambda k, batch: len(batch)))
+    assert spark_equals_direct(build, tmp_path, ["--spark_bundle_size=1"]) == [5, 5]

@@ -1,7 +1,12 @@
 """Bad input, wrong options and user failures give errors naming the culprit."""
 from __future__ import annotations
 
+import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 
 import apache_beam as beam
 import pytest
@@ -17,6 +22,16 @@ def test_spark_conf_entries_are_parsed_and_bad_ones_named():
     assert parse_spark_conf(["spark.a=1", "spark.b=x=y"]) == {"spark.a": "1", "spark.b": "x=y"}
     with pytest.raises(ValueError, match="--spark_conf expects KEY=VALUE, got 'oops'"):
         parse_spark_conf(["oops"])
+
+
+@pytest.mark.parametrize("flag", [
+    "--spark_parallelism=0", "--spark_parallelism=-3", "--spark_bundle_size=0",
+    "--spark_bundle_size=-1", "--spark_state_memory=0", "--spark_state_memory=-5"])
+def test_out_of_range_options_are_rejected_naming_the_flag(spark, flag):
+    name, value = flag.split("=")
+    with pytest.raises(ValueError, match=f"^{name} must be a positive integer, got {value}$"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions([flag])) as p:
+            _ = p | beam.Create([1, 2, 3]) | beam.Reshuffle()
 
 
 def test_unreachable_master_is_named():
@@ -41,6 +56,44 @@ def test_user_error_names_stage_and_shows_traceback(spark):
     assert "ExplodeOnThree" in message          # the stage
     assert "ValueError: bad element 3" in message  # the user's error
     assert "_boom" in message                   # and where it came from
+
+
+def _exit_on_three(x):
+    if x == 3:
+        os._exit(1)
+    return x
+
+
+def _kill_on_three(x):
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+
+@pytest.mark.parametrize("die", [_exit_on_three, _kill_on_three], ids=["os._exit", "SIGKILL"])
+def test_dead_python_worker_keeps_sparks_cause_and_names_the_steps(spark, die):
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = p | beam.Create([1, 2, 3]) | "DieOnThree" >> beam.Map(die)
+    message = str(info.value)
+    assert "Python worker exited unexpectedly (crashed)" in message  # Spark's cause
+    assert "'DieOnThree'" in message  # the user's step
+    assert "ref_AppliedPTransform" not in message  # not the fused stage's id
+    assert "collectAndServe" not in message
+
+
+def test_default_local_master_retries_a_dead_worker_not_forever_a_user_error(tmp_path):
+    job = os.path.join(os.path.dirname(__file__), "local_retry_job.py")
+    done = subprocess.run([sys.executable, job, str(tmp_path)], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["master"] == "local[*,4]"
+    assert report["killed"] and report["written"] == list(range(10))  # exact after a retry
+    error = report["error"]
+    assert error.startswith("Beam step 'FailOnThree' failed on Spark:")
+    assert "ValueError: bad element 3" in error
+    assert report["attempts"] == 4  # a deterministic failure is tried 4 times, no more
 
 
 def test_streaming_is_refused_clearly():

@@ -1,30 +1,57 @@
-"""Failures inside Spark tasks, re-raised with the stage and the user's traceback."""
+"""Failures inside Spark tasks, re-raised with the user's step and the cause."""
 from __future__ import annotations
 
 from beam_ext.errors import BeamExtError
 import contextlib
 import re
+from typing import Sequence
 
 
 class PipelineError(BeamExtError, RuntimeError):
-    """A pipeline failed; the message names the stage and shows the user's traceback."""
+    """A pipeline failed; the message names the step and shows the cause.
+
+    The cause is the user's Python traceback when there is one, else Spark's
+    own reason (for example "Python worker exited unexpectedly (crashed)").
+    """
 
 
 _FAILED_STEP = re.compile(r"\[while running '(.+?)'\]")
 _PYTHON_TRACEBACK = re.compile(r"(Traceback \(most recent call last\):.*?)(?:\n\tat |\Z)", re.S)
+# py4j puts the JVM exception on the line after "An error occurred while calling ...".
+_JAVA_EXCEPTION = re.compile(r"^:?\s*((?:[\w$]+\.)+[\w$]+(?:Exception|Error): .+)$", re.M)
 
 
-def _user_part(message: str) -> str:
+def _cause(message: str) -> str:
     found = _PYTHON_TRACEBACK.findall(message)
     if found:
         # The last Python traceback is the task's; trim the JVM frames around it.
         return found[-1].rstrip()
+    # No Python traceback (the Python worker died, or Spark itself failed):
+    # Spark's first exception line carries its reason for the failed task.
+    java = _JAVA_EXCEPTION.search(message)
+    if java:
+        return java.group(1).strip()
     return message.strip().splitlines()[0] if message.strip() else message
 
 
+def _where(message: str, steps: Sequence[str]) -> str:
+    # Beam's bundle processor tags a Python error with the step that raised
+    # it. A dead worker leaves no tag: name the steps fused into the stage.
+    step = _FAILED_STEP.search(message)
+    if step:
+        return f"Beam step {step.group(1)!r}"
+    if len(steps) == 1:
+        return f"Beam step {steps[0]!r}"
+    return "One of the Beam steps " + ", ".join(map(repr, steps))
+
+
 @contextlib.contextmanager
-def translate_spark_error(stage_name: str):
-    """Turns py4j/Spark errors of a stage's job into :class:`PipelineError`."""
+def translate_spark_error(steps: Sequence[str]):
+    """Turns py4j/Spark errors of a stage's job into :class:`PipelineError`.
+
+    ``steps``: the user's steps fused into the stage, named when the failure
+    cannot be pinned on one of them.
+    """
     try:
         yield
     except PipelineError:
@@ -34,8 +61,5 @@ def translate_spark_error(stage_name: str):
         if "Py4JJavaError" not in type(exc).__name__ and "Traceback" not in text \
                 and "PythonException" not in type(exc).__name__:
             raise
-        # Beam's bundle processor tags the error with the step that raised it;
-        # naming that step beats naming the whole fused stage.
-        step = _FAILED_STEP.search(text)
-        where = f"step {step.group(1)!r}" if step else f"stage {stage_name!r}"
-        raise PipelineError(f"Beam {where} failed on Spark:\n{_user_part(text)}") from None
+        raise PipelineError(
+            f"{_where(text, steps)} failed on Spark:\n{_cause(text)}") from None

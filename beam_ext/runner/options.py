@@ -18,9 +18,12 @@ class SparkRunnerOptions(PipelineOptions):
     def _add_argparse_args(cls, parser) -> None:
         parser.add_argument(
             "--spark_master",
-            default="local[*]",
-            help="Spark master URL (local[N], spark://host:port, yarn, ...). "
-            "Ignored when a SparkContext is already running.")
+            # local[N] never retries a failed task; local[N,F] tries it up to F
+            # times, like spark.task.maxFailures (default 4) on a cluster.
+            default="local[*,4]",
+            help="Spark master URL (local[N], local[N,F], spark://host:port, yarn, ...). "
+            "The default runs locally on every core and tries a failed task up to 4 "
+            "times. Ignored when a SparkContext is already running.")
         parser.add_argument(
             "--spark_conf",
             action="append",
@@ -51,7 +54,31 @@ class SparkRunnerOptions(PipelineOptions):
             "--spark_bundle_size",
             type=int,
             default=64 << 20,
-            help="Largest input, in bytes, fed to one Beam bundle inside a Spark task.")
+            help="Input, in bytes, of one Beam bundle inside a Spark task: a bundle closes "
+            "once its elements reach this size (1: one element per bundle).")
+
+
+# Options that must be positive integers when set (None: Spark's default).
+_POSITIVE_OPTIONS = ("spark_parallelism", "spark_bundle_size", "spark_state_memory")
+
+
+def check_options(options: SparkRunnerOptions) -> None:
+    """Rejects out-of-range values and malformed ``--spark_conf`` entries,
+    naming the flag, before Spark starts.
+
+    Example::
+
+        check_options(PipelineOptions(["--spark_bundle_size=0"]).view_as(SparkRunnerOptions))
+        # ValueError: --spark_bundle_size must be a positive integer, got 0
+    """
+    for name in _POSITIVE_OPTIONS:
+        value = getattr(options, name)
+        if value is None and name == "spark_parallelism":
+            continue
+        # bool is an int to Python, never a count to a user.
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {value!r}")
+    parse_spark_conf(options.spark_conf)
 
 
 def parse_spark_conf(entries: list[str] | None) -> dict[str, str]:

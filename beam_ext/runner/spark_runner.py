@@ -15,7 +15,7 @@ from apache_beam.transforms import environments
 from beam_ext.runner._metrics import SparkMetrics
 from beam_ext.runner.executors import BatchExecutor
 from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline
-from beam_ext.runner.options import SparkRunnerOptions
+from beam_ext.runner.options import SparkRunnerOptions, check_options
 from beam_ext.runner.session import get_or_create_session
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -52,7 +52,7 @@ class SparkRunner(runner.PipelineRunner):
     inside Spark tasks through Beam's bundle processor; GroupByKey is a Spark
     shuffle on encoded keys. An active SparkSession (spark-submit, notebooks,
     tests) is used as is; otherwise one is started from
-    :class:`SparkRunnerOptions` (``local[*]`` by default).
+    :class:`SparkRunnerOptions` (``local[*,4]`` by default).
 
     Example::
 
@@ -87,6 +87,7 @@ class SparkRunner(runner.PipelineRunner):
     def run_proto(self, proto, options: pipeline_options.PipelineOptions):
         """Runs a Runner API pipeline proto (the portable entry point)."""
         spark_options = options.view_as(SparkRunnerOptions)
+        check_options(spark_options)
         validate_pipeline_graph(proto)
         proto = merge_common_environments(merge_superset_dep_environments(proto))
         for env_id, env in proto.components.environments.items():

@@ -2,7 +2,8 @@
 
 Importing the test classes is enough for pytest to collect them; the
 conftest keeps the ones marked ``it_validatesrunner`` and points
-``TestPipeline`` at SparkRunner. No test is skipped.
+``TestPipeline`` at SparkRunner. Beam's util_test classes run whole in
+``test_beam_util_suite.py``.
 """
 import pytest
 from apache_beam.metrics.metric_test import MetricsTest  # noqa: F401
@@ -17,9 +18,6 @@ from apache_beam.transforms.dofn_lifecycle_test import DoFnLifecycleTest  # noqa
 from apache_beam.transforms.ptransform_test import (  # noqa: F401
     DeadLettersTest, PTransformTest, TestGroupBy)
 from apache_beam.transforms.sideinputs_test import SideInputsTest  # noqa: F401
-from apache_beam.transforms.util_test import (  # noqa: F401
-    CoGroupByKeyTest, GroupIntoBatchesTest, ReifyTest, ReshuffleTest, WaitOnTest,
-    WithKeysTest)
 
 
 @pytest.mark.it_validatesrunner

@@ -197,7 +197,7 @@ class BatchExecutor:
         out = records.mapPartitions(functools.partial(_stage_task, stage.spec, broadcast))
         out.persist(storage_level)
         self._persisted.append(out)
-        with translate_spark_error(stage.name):
+        with translate_spark_error(stage.steps):
             metrics = out.filter(lambda r: r[0] == METRICS_OUTPUT).values().collect()
         self._record_metrics(stage.name, metrics)
         for index, buffer_id in enumerate(stage.outputs):
@@ -225,7 +225,7 @@ class BatchExecutor:
         out = result.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
         out.persist(StorageLevel.MEMORY_AND_DISK)
         self._persisted.append(out)
-        with translate_spark_error(stage.name):
+        with translate_spark_error(stage.steps):
             out.count()
         self.monitoring[stage.name] = [
             monitoring_infos.int64_user_counter(namespace, name, value, ptransform=spec.step_name)

@@ -65,6 +65,7 @@ class PlannedStage:
     spec: Optional[StageSpec] = None  # None for a native stage
     native: Optional[NativeSpec] = None
     side_inputs: list[SideInputSpec] = dataclasses.field(default_factory=list)
+    steps: tuple[str, ...] = ()  # the user's top-level steps fused here, for errors
     keyed: bool = False  # stateful: partition input by key first
     spread: bool = False  # SDF processing: spread input elements over partitions
 
@@ -73,6 +74,17 @@ class PlannedStage:
 class Plan:
     stages: list[PlannedStage]
     groups: dict[bytes, GroupSpec]
+
+
+def _user_steps(stage: Stage) -> tuple[str, ...]:
+    """The top-level steps (``"Create"``, ``"Parse"``) of a fused stage's transforms.
+
+    The stage's own name joins transform ids; users know their step labels.
+    """
+    runner_made = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
+    names = (t.unique_name.split("/")[0] for t in stage.transforms
+             if t.spec.urn not in runner_made)
+    return tuple(dict.fromkeys(names)) or (stage.name,)
 
 
 class StagePlanner:
@@ -157,9 +169,11 @@ class StagePlanner:
                     f"SparkRunner: runner transform {transform.unique_name!r} ({urn}) "
                     "was not expanded by planning")
         planned = PlannedStage(name=stage.name, inputs=inputs, outputs=outputs,
-                               input_coders=input_coders, side_inputs=side_inputs)
+                               input_coders=input_coders, side_inputs=side_inputs,
+                               steps=_user_steps(stage))
         if native_transform is not None:
             planned.native = self._native_spec(native_transform)
+            planned.steps = (native_transform.unique_name,)
             return planned
         planned.keyed = stage.is_stateful()
         planned.spread = any(t.spec.urn == SDF_PROCESS_URN for t in stage.transforms)
@@ -167,6 +181,7 @@ class StagePlanner:
             name=stage.name,
             descriptor=self._descriptor(stage).SerializeToString(),
             inputs=tuple(input_ids),
+            input_coders=tuple(input_coders),
             outputs=output_ids,
             shuffle_writers=shuffle_writers,
             timer_families=tuple(sorted(stage.timers)),

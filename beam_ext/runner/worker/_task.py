@@ -21,7 +21,7 @@ import itertools
 import logging
 from typing import Any, Iterable, Iterator, Mapping
 
-from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
@@ -47,6 +47,7 @@ class StageSpec:
     name: str
     descriptor: bytes  # serialized ProcessBundleDescriptor
     inputs: tuple[str, ...]  # DATA_INPUT transform ids, by input index
+    input_coders: tuple[Any, ...]  # their windowed coders, to cut chunks between elements
     outputs: Mapping[str, int]  # DATA_OUTPUT transform id -> output index
     shuffle_writers: Mapping[int, ShuffleWriter]  # outputs feeding a GroupByKey
     timer_families: tuple[tuple[str, str], ...]
@@ -119,11 +120,12 @@ class _TaskWorker:
             raise StageFailed(response.error)
         result = response.process_bundle
         self._monitoring.append(list(result.monitoring_infos))
-        residuals: dict[str, list[bytes]] = {}
+        # Every bundle of the task may defer work: residuals accumulate until
+        # drain() feeds them back.
         for delayed in result.residual_roots:
             reader = self._input_for(delayed.application.transform_id,
                                      delayed.application.input_id)
-            residuals.setdefault(reader, []).append(delayed.application.element)
+            self._residuals.setdefault(reader, []).append(delayed.application.element)
         if result.requires_finalization:
             finalized = self._worker.do_instruction(beam_fn_api_pb2.InstructionRequest(
                 finalize_bundle=beam_fn_api_pb2.FinalizeBundleRequest(
@@ -141,7 +143,6 @@ class _TaskWorker:
                 else:
                     for blob in self._buckets[index].add(writer.split(output.data)):
                         yield index, blob
-        self._residuals = residuals
 
     def flush_shuffles(self) -> Iterator[tuple[int, Any]]:
         for index, buckets in self._buckets.items():
@@ -212,6 +213,47 @@ class _TaskWorker:
             monitoring_infos=list(merged)).SerializeToString()
 
 
+def _elements(coder: Any, chunk: bytes) -> Iterator[bytes]:
+    """The encoded elements of ``chunk``, as slices of it (no re-encoding)."""
+    impl = coder.get_impl()
+    stream = create_InputStream(chunk)
+    start = 0
+    while stream.size() > 0:
+        impl.decode_from_stream(stream, True)
+        end = len(chunk) - stream.size()
+        yield chunk[start:end]
+        start = end
+
+
+def _bundles(spec: StageSpec,
+             records: Iterable[tuple[int, bytes]]) -> Iterator[dict[str, list[bytes]]]:
+    """Cuts ``(input index, chunk)`` records into bundles of ``spec.bundle_bytes``.
+
+    A bundle closes once its input reaches ``bundle_bytes`` and holds at least
+    one element; a chunk that does not fit is cut between its elements (so
+    ``bundle_bytes=1`` gives one element per bundle). Chunks that fit whole
+    are passed on undecoded.
+    """
+    limit = spec.bundle_bytes
+    pending: dict[str, list[bytes]] = {}
+    size = 0
+    for index, chunk in records:
+        target = pending.setdefault(spec.inputs[index], [])
+        if size + len(chunk) < limit:
+            target.append(chunk)
+            size += len(chunk)
+            continue
+        for element in _elements(spec.input_coders[index], chunk):
+            target.append(element)
+            size += len(element)
+            if size >= limit:
+                yield pending
+                pending, size = {}, 0
+                target = pending.setdefault(spec.inputs[index], [])
+    if size:
+        yield pending
+
+
 def run_stage_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | None,
                         records: Iterable[tuple[int, bytes]],
                         watermark: Timestamp = MAX_TIMESTAMP) -> Iterator[tuple[int, Any]]:
@@ -223,17 +265,14 @@ def run_stage_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | No
     """
     worker = _TaskWorker(spec, side_inputs or {})
     try:
-        pending: dict[str, list[bytes]] = {}
-        size = 0
-        for index, chunk in records:
-            pending.setdefault(spec.inputs[index], []).append(chunk)
-            size += len(chunk)
-            if size >= spec.bundle_bytes:
-                yield from worker.run_bundle(pending, {})
-                pending, size = {}, 0
-        # Always one bundle, even for an empty partition: the stage may have
-        # DoFns whose bundle methods emit (and Beam runs them on empty input).
-        yield from worker.run_bundle(pending, {})
+        ran = False
+        for bundle in _bundles(spec, records):
+            yield from worker.run_bundle(bundle, {})
+            ran = True
+        if not ran:
+            # An empty partition still runs one bundle: the stage may have
+            # DoFns whose bundle methods emit (and Beam runs them on empty input).
+            yield from worker.run_bundle({}, {})
         yield from worker.drain(watermark)
         yield from worker.flush_shuffles()
         yield METRICS_OUTPUT, worker.monitoring_infos()

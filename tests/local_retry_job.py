@@ -1,0 +1,61 @@
+"""Pipelines on the runner's own local Spark, run by test_runner_errors.py.
+
+A separate process: the runner must start Spark itself, with its default
+master, which the test session's ``local[2]`` would otherwise shadow.
+Prints one JSON line: the master, the first pipeline's output, the second
+pipeline's error and how many times its failing element was tried.
+"""
+import glob
+import json
+import os
+import signal
+import sys
+
+import apache_beam as beam
+
+from beam_ext.runner import PipelineError, SparkRunner
+from beam_ext.runner.session import active_session
+
+
+def main(work_dir: str) -> None:
+    marker = os.path.join(work_dir, "killed-once")
+
+    def die_once(x):
+        # The first attempt's Python worker dies as the kernel's OOM killer
+        # would kill it; Spark's retry must then give the exact result.
+        if x == 3 and not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+    attempts = os.path.join(work_dir, "attempts")
+
+    def fail_on_three(x):
+        if x == 3:
+            with open(attempts, "a") as f:
+                f.write("attempt\n")
+            raise ValueError(f"bad element {x}")
+        return x
+
+    out = os.path.join(work_dir, "out")
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        _ = (p | beam.Create(range(10)) | "DieOnce" >> beam.Map(die_once)
+             | beam.io.WriteToText(out))
+    error = None
+    try:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = p | beam.Create([1, 2, 3]) | "FailOnThree" >> beam.Map(fail_on_three)
+    except PipelineError as exc:
+        error = str(exc)
+    written = []
+    for path in glob.glob(out + "*"):
+        with open(path) as f:
+            written += [int(line) for line in f]
+    print(json.dumps({"master": active_session().sparkContext.master,
+                      "killed": os.path.exists(marker),
+                      "written": sorted(written), "error": error,
+                      "attempts": len(open(attempts).readlines())}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
