@@ -169,7 +169,7 @@ def test_dead_letters_are_routed_and_counted():
         assert_that(dead, equal_to([("k", 2)]), label="dead")
     # The DirectRunner loses metrics of TestStream bundles after a watermark
     # advance, so the counting step is checked on bounded input.
-    from beam_ext.transforms.late_windowed_gbk import _SplitDeadLetters
+    from beam_ext.transforms.lateness._gbk import _SplitDeadLetters
 
     p = beam.Pipeline(runner="BundleBasedDirectRunner")
     _ = (p | beam.Create([("pane", ("k", [1])), ("dead", ("k", 2)), ("dead", ("k", 3))])

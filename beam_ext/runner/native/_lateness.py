@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator
 from apache_beam.utils.windowed_value import PaneInfo, WindowedValue
 
 from beam_ext._key_hash import key_hash
-from beam_ext.transforms.late_windowed_gbk import _pane_output
+from beam_ext.transforms.lateness._gbk import _pane_output
 from beam_ext.transforms.lateness._backends import _SpillBackend
 from beam_ext.transforms.lateness._engine import _LateEngine
 
