@@ -261,6 +261,37 @@ def test_typed_input_on_the_portable_direct_runner():
                         label=f"Check{i}")
 
 
+def _real_time_timers(transform) -> bool:
+    """Whether the pipeline built with ``transform`` declares a processing-time timer."""
+    from apache_beam.transforms.timeutil import TimeDomain
+    from apache_beam.transforms.userstate import get_dofn_specs
+
+    p = beam.Pipeline()
+    _ = (p | beam.Create([("k", 1)]) | beam.WindowInto(beam_window.FixedWindows(SIZE))
+         | transform)
+    found = []
+
+    class _Visitor(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            if isinstance(node.transform, beam.ParDo):
+                _, timers = get_dofn_specs(node.transform.dofn)
+                found.extend(t for t in timers if t.time_domain == TimeDomain.REAL_TIME)
+
+    p.visit(_Visitor())
+    return bool(found)
+
+
+def test_only_event_driven_triggers_declare_a_processing_time_timer():
+    # A processing-time timer sends the DirectRunner to its bundle-based runner.
+    from beam_ext.transforms.staleness import StalenessRefire, StalenessTrigger
+
+    assert _real_time_timers(LateWindowedGroupByKey(trigger=AfterLateDelay(1.0)))
+    assert _real_time_timers(LateWindowedGroupByKey(trigger=EveryNLateEvents(2)))
+    assert not _real_time_timers(LateWindowedGroupByKey(trigger=_Offsets([5.0]), cleanup=10.0))
+    assert not _real_time_timers(
+        StalenessRefire(StalenessTrigger(0.1, allowed_lateness=10.0)))
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="trigger"):
         LateWindowedGroupByKey(trigger="often")  # type: ignore[arg-type]
