@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 
 import apache_beam as beam
 import hypothesis.strategies as st
@@ -10,10 +11,11 @@ import pytest
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import window as beam_window
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 from hypothesis import given, settings
 
 from beam_ext.state import SpillStore
-from beam_ext.transforms import EveryNLateEvents, LateWindowedGroupByKey
+from beam_ext.transforms import AfterLateDelay, EveryNLateEvents, LateWindowedGroupByKey
 from beam_ext.transforms.lateness import FixedLateness
 from beam_ext.transforms.lateness._backends import _MemoryBackend, _SpillBackend
 from beam_ext.transforms.lateness._engine import _LateEngine
@@ -38,6 +40,8 @@ class _Offsets:
 
 
 def _trigger(kind, arg):
+    if kind == "delay":
+        return AfterLateDelay(arg)
     return EveryNLateEvents(arg) if kind == "every" else _Offsets(arg)
 
 
@@ -56,6 +60,10 @@ def _run_direct(transcript, kind, arg, lateness, expected):
     for step in transcript:
         if step[0] == "watermark":
             stream = stream.advance_watermark_to(step[1])
+        elif step[0] == "delay":
+            # AfterLateDelay's timer is set at wall-clock now + seconds, and
+            # TestStream's processing time starts at 0: jump past the former.
+            stream = stream.advance_processing_time(round(time.time()) + 3600)
         else:
             _, key, ts, value = step
             stream = stream.add_elements(
@@ -126,6 +134,22 @@ def test_fixed_transcript_matches_model_on_direct_runner():
     assert ("a", (0.0, 10.0), ("late1", "late2", "x1", "x2"), False, False, "LATE", 2) in rows
 
 
+def test_after_late_delay_on_direct_runner():
+    # Once past wall-clock time, TestStream's processing time fires every
+    # later delay timer at once: one delay step, and no late value after it.
+    transcript = [
+        ("add", "a", 1.0, "x1"), ("add", "b", 12.0, "y1"),
+        ("watermark", 25.0),                      # on-time panes for both windows
+        ("add", "a", 3.0, "late1"), ("add", "a", 4.0, "late2"), ("add", "b", 11.0, "late3"),
+        ("delay",),                               # a late pane for each
+        ("watermark", 45.0),                      # a@[0,10) closes, nothing new: no pane
+        ("add", "a", 5.0, "too-late"),
+    ]
+    expected = model_panes(transcript, SIZE, "delay", 5.0, 30.0)
+    assert ("a", (0.0, 10.0), ("late1", "late2", "x1"), False, False, "LATE", 1) in expected[0]
+    _run_direct(transcript, "delay", 5.0, 30.0, expected)
+
+
 def test_scheduled_trigger_on_direct_runner():
     expected = model_panes(FIXED, SIZE, "offsets", [5.0, 20.0], 30.0)
     _run_direct(FIXED, "offsets", [5.0, 20.0], 30.0, expected)
@@ -169,16 +193,32 @@ def test_dead_letters_are_routed_and_counted():
         assert_that(dead, equal_to([("k", 2)]), label="dead")
     # The DirectRunner loses metrics of TestStream bundles after a watermark
     # advance, so the counting step is checked on bounded input.
-    from beam_ext.transforms.late_windowed_gbk import _SplitDeadLetters
-
     p = beam.Pipeline(runner="BundleBasedDirectRunner")
-    _ = (p | beam.Create([("pane", ("k", [1])), ("dead", ("k", 2)), ("dead", ("k", 3))])
-         | beam.ParDo(_SplitDeadLetters()).with_outputs("dead_letter", main="panes"))
+    _ = (p | beam.Create([("pane", ("k", [1]), PaneInfoTiming.ON_TIME),
+                          ("pane", ("k", [1, 4]), PaneInfoTiming.LATE),
+                          ("dead", ("k", 2), PaneInfoTiming.UNKNOWN),
+                          ("dead", ("k", 3), PaneInfoTiming.UNKNOWN)])
+         | _GivenStatefulOutput(cleanup=5.0).with_dead_letters())
     result = p.run()
     result.wait_until_finish()
     counters = result.metrics().query(
-        beam.metrics.MetricsFilter().with_name("dead_letter"))["counters"]
-    assert sum(c.committed for c in counters) == 2
+        beam.metrics.MetricsFilter().with_namespace("beam_ext.lateness"))["counters"]
+    assert {c.key.metric.name: c.committed for c in counters} == {"dead_letter": 2,
+                                                                 "late_panes": 1}
+
+
+class _AsStatefulOutput(beam.DoFn):
+    """Tagged elements with a pane, as the stateful step emits them."""
+
+    def process(self, element):
+        tag, payload, timing = element
+        yield WindowedValue((tag, payload), 0, [beam_window.GlobalWindow()],
+                            PaneInfo(timing == PaneInfoTiming.ON_TIME, False, timing, 0, 0))
+
+
+class _GivenStatefulOutput(LateWindowedGroupByKey):
+    def _tagged(self, pcoll):
+        return pcoll | beam.ParDo(_AsStatefulOutput())
 
 
 def typed_inputs(p, pairs):
@@ -219,6 +259,37 @@ def test_typed_input_on_the_portable_direct_runner():
             out = pcoll | f"Panes{i}" >> LateWindowedGroupByKey(cleanup=0.0)
             assert_that(out | f"Rows{i}" >> beam.FlatMap(_pane_row), equal_to(expected),
                         label=f"Check{i}")
+
+
+def _real_time_timers(transform) -> bool:
+    """Whether the pipeline built with ``transform`` declares a processing-time timer."""
+    from apache_beam.transforms.timeutil import TimeDomain
+    from apache_beam.transforms.userstate import get_dofn_specs
+
+    p = beam.Pipeline()
+    _ = (p | beam.Create([("k", 1)]) | beam.WindowInto(beam_window.FixedWindows(SIZE))
+         | transform)
+    found = []
+
+    class _Visitor(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            if isinstance(node.transform, beam.ParDo):
+                _, timers = get_dofn_specs(node.transform.dofn)
+                found.extend(t for t in timers if t.time_domain == TimeDomain.REAL_TIME)
+
+    p.visit(_Visitor())
+    return bool(found)
+
+
+def test_only_event_driven_triggers_declare_a_processing_time_timer():
+    # A processing-time timer sends the DirectRunner to its bundle-based runner.
+    from beam_ext.transforms.staleness import StalenessRefire, StalenessTrigger
+
+    assert _real_time_timers(LateWindowedGroupByKey(trigger=AfterLateDelay(1.0)))
+    assert _real_time_timers(LateWindowedGroupByKey(trigger=EveryNLateEvents(2)))
+    assert not _real_time_timers(LateWindowedGroupByKey(trigger=_Offsets([5.0]), cleanup=10.0))
+    assert not _real_time_timers(
+        StalenessRefire(StalenessTrigger(0.1, allowed_lateness=10.0)))
 
 
 def test_bad_arguments_are_named():

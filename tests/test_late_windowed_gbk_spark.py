@@ -8,6 +8,7 @@ import random
 
 import apache_beam as beam
 from apache_beam import coders
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window as beam_window
@@ -18,7 +19,7 @@ from beam_ext.runner import SparkRunner
 from beam_ext.runner.native import NativeContext
 from beam_ext.runner.native._lateness import late_panes_on_spark
 from beam_ext.transforms import EveryNLateEvents, FixedLateness, LateWindowedGroupByKey
-from beam_ext.transforms.late_windowed_gbk import NATIVE_URN
+from beam_ext.transforms.lateness._gbk import NATIVE_URN
 
 from tests._late_model import model_panes
 from tests.test_late_windowed_gbk import SIZE, TYPED_PAIRS, _pane_row, typed_inputs
@@ -51,6 +52,40 @@ def test_spark_equals_direct_and_model(spark, caplog):
     # A 4 KiB budget forces the spill store to destage to LMDB inside the tasks.
     with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
         _run(SparkRunner(), events, 4096, expected)
+    assert f"runs Spark-natively ({NATIVE_URN})" in caplog.text
+
+
+class _Offsets:
+    """A scheduled trigger: late panes at fixed offsets after the window's end."""
+
+    def late_firing_offsets(self, allowed_lateness):
+        return [5.0, 20.0]
+
+
+def _counters(runner, events) -> dict:
+    """Counters of LateWindowedGroupByKey's namespace, summed over steps."""
+    p = beam.Pipeline(runner=runner)
+    _ = (p | beam.Create(events)
+         | beam.Map(lambda e: beam_window.TimestampedValue((e[0], e[2]), e[1]))
+         | beam.WindowInto(beam_window.FixedWindows(SIZE))
+         | LateWindowedGroupByKey(trigger=_Offsets(), cleanup=30.0).with_dead_letters())
+    result = p.run()
+    result.wait_until_finish()
+    totals: dict = {}
+    for c in result.metrics().query(MetricsFilter().with_namespace("beam_ext.lateness"))["counters"]:
+        totals[c.key.metric.name] = totals.get(c.key.metric.name, 0) + c.committed
+    return totals
+
+
+def test_spark_counts_what_direct_runner_counts(spark, caplog):
+    events = _events(5, 40)
+    windows = {(k, ts - ts % SIZE) for k, ts, _ in events}
+    # Bounded input: nothing is late, and each (key, window) reaches its
+    # three firing points (5, 20 and the close at 30) with no late data.
+    expected = {"firings_without_new_data": 3 * len(windows)}
+    assert _counters("DirectRunner", events) == expected
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        assert _counters(SparkRunner(), events) == expected
     assert f"runs Spark-natively ({NATIVE_URN})" in caplog.text
 
 

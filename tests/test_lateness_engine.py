@@ -56,6 +56,26 @@ def test_a_learning_trigger_is_told_of_late_arrivals_at_the_ticks():
     assert trigger.observed == [10.0]
 
 
+def test_engine_counts_late_events_and_firings_without_new_data():
+    # What the Beam path's counters of the same names count (the Spark-native
+    # path reports these): a firing point, ticks aside, with no late data
+    # since the previous pane is a firing without new data.
+    panes, dead = [], []
+    engine = _LateEngine(_Learning([5.0, 20.0]), FixedLateness(30.0), _MemoryBackend(),
+                         lambda key, w, values, pane: panes.append(list(values)),
+                         lambda key, w, value: dead.append(value))
+    engine.element(b"k", (0.0, SIZE), b"on time")
+    engine.advance_watermark(SIZE)
+    engine.element(b"k", (0.0, SIZE), b"late 1")
+    engine.element(b"k", (0.0, SIZE), b"late 2")
+    engine.advance_watermark(16.0)       # fires at 5 with both
+    engine.advance_watermark(40.0)       # tick at 10, firings at 20 and 30: nothing new
+    engine.element(b"k", (0.0, SIZE), b"dead")
+    assert panes == [[b"on time"], [b"on time", b"late 1", b"late 2"]]
+    assert dead == [b"dead"]
+    assert (engine.late_events, engine.firings_without_new_data) == (2, 2)
+
+
 class _Staging(_MemoryBackend):
     """Takes ``seconds`` to stage any window; records the pre-staging requests."""
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Protocol
 from beam_ext.runner.native._lateness import late_panes_on_spark
 from beam_ext.runner.native._sliding import sliding_on_spark
 from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_ANNOTATION
-from beam_ext.transforms.late_windowed_gbk import NATIVE_URN as LATE_WINDOWED_GBK_URN
+from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_URN
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
 
 __all__ = ["NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION", "TRANSLATIONS", "NativeContext",

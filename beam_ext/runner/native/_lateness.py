@@ -3,7 +3,10 @@
 Keys are partitioned by the stable hash of their encoding; each task feeds
 its partition to the same pane engine the Beam path's transitions come from
 (:mod:`beam_ext.transforms.lateness`), with values in a spill store bounded
-by the transform's memory budget, and passes panes on as windows fire.
+by the transform's memory budget, and passes panes on as windows fire. It
+replaces only the transform's stateful step: the stateless step after it
+splits and counts panes and dead letters on both paths, and the engine counts
+what the Beam path's stateful step counts.
 """
 from __future__ import annotations
 
@@ -16,9 +19,15 @@ from typing import Any, Iterable, Iterator
 from apache_beam.utils.windowed_value import PaneInfo, WindowedValue
 
 from beam_ext._key_hash import key_hash
-from beam_ext.transforms.late_windowed_gbk import _pane_output
 from beam_ext.transforms.lateness._backends import _SpillBackend
+from beam_ext.transforms.lateness._beam_panes import (
+    FIRINGS_WITHOUT_NEW_DATA,
+    LATE_EVENTS,
+    _dead_output,
+    _pane_output,
+)
 from beam_ext.transforms.lateness._engine import _LateEngine
+from beam_ext.transforms.lateness._gbk import METRICS_NAMESPACE
 
 
 def late_panes_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
@@ -31,16 +40,19 @@ def late_panes_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     _, _, _, key_coder, _ = config
     keyed = rdd.map(lambda wv: (key_coder.encode(wv.value[0]), wv))
     shuffled = keyed.partitionBy(ctx.parallelism, key_hash)
-    return shuffled.mapPartitions(functools.partial(_partition_panes, config))
+    counters = {name: ctx.counter(METRICS_NAMESPACE, name)
+                for name in (LATE_EVENTS, FIRINGS_WITHOUT_NEW_DATA)}
+    return shuffled.mapPartitions(functools.partial(_partition_panes, config, counters))
 
 
-def _partition_panes(config: tuple, partition: Iterable[tuple[bytes, WindowedValue]]
-                     ) -> Iterator[WindowedValue]:
+def _partition_panes(config: tuple, counters: dict[str, Any],
+                     partition: Iterable[tuple[bytes, WindowedValue]]) -> Iterator[WindowedValue]:
     """One partition's panes and dead letters, passed on as the engine makes them.
 
     Only the outputs of one engine step (an element, or one window's timer)
     are held at a time, so a task holds at most one pane beside the spill
-    store however many windows it fires.
+    store however many windows it fires. ``counters`` by name: the engine's
+    counts, added once the partition is done.
     """
     from beam_ext.state import SpillStore
 
@@ -54,8 +66,7 @@ def _partition_panes(config: tuple, partition: Iterable[tuple[bytes, WindowedVal
                                   [value_coder.decode(v) for v in vals], windows[w], pane))
 
     def dead(key: bytes, w: tuple[float, float], value: bytes) -> None:
-        ready.append(WindowedValue(("dead", (key_coder.decode(key), value_coder.decode(value))),
-                                   windows[w].max_timestamp(), [windows[w]]))
+        ready.append(_dead_output(key_coder.decode(key), value_coder.decode(value), windows[w]))
 
     engine = _LateEngine(trigger, cleanup, _SpillBackend(SpillStore(tmp, budget)), emit, dead)
     try:
@@ -71,6 +82,11 @@ def _partition_panes(config: tuple, partition: Iterable[tuple[bytes, WindowedVal
         for _ in engine.advancing_watermark(float("inf")):
             yield from ready
             ready.clear()
+        # Beam reports a counter only once incremented: so do we, for equal metrics.
+        for name, n in ((LATE_EVENTS, engine.late_events),
+                        (FIRINGS_WITHOUT_NEW_DATA, engine.firings_without_new_data)):
+            if n:
+                counters[name].inc(n)
     finally:
         engine.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -9,7 +9,7 @@ a past window stays open. See docs/lateness.md.
 >>> PredictiveCleanup(initial_lateness=600.0).allowed_lateness()
 600.0
 """
-from beam_ext.transforms.late_windowed_gbk import LateWindowedGroupByKey
+from beam_ext.transforms.lateness._gbk import LateWindowedGroupByKey
 from beam_ext.transforms.lateness.cleanup import PredictiveCleanup
 from beam_ext.transforms.lateness.triggers import (
     AfterLateDelay,

@@ -20,7 +20,11 @@ and one metric style: counters in the transform's namespace
 :class:`_PaneFn` is the stateful step for scheduled triggers: it keeps a
 :class:`~beam_ext.transforms.lateness._transitions._PaneState` and the
 window's values in Beam state and runs the pane transitions at each value and
-event-time timer, so it runs on every Beam runner.
+event-time timer, so it runs on every Beam runner. :class:`_EventPaneFn`
+extends it with the event-driven triggers (``EveryNLateEvents``,
+``AfterLateDelay``). A runner's own implementation of the stateful step (the
+Spark-native path) emits the same tagged elements (:func:`_pane_output`,
+:func:`_dead_output`) and counts the same counters.
 """
 from __future__ import annotations
 
@@ -35,11 +39,23 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
-from apache_beam.utils.timestamp import Duration
+from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 
-from beam_ext.transforms.lateness._transitions import _PaneState, on_element, on_point, on_time
-from beam_ext.transforms.lateness.triggers import CleanupPolicy, ScheduledLateTrigger
+from beam_ext.transforms.lateness._transitions import (
+    _PaneState,
+    fire_now,
+    on_delay,
+    on_element,
+    on_point,
+    on_time,
+)
+from beam_ext.transforms.lateness.triggers import (
+    CleanupPolicy,
+    LateTrigger,
+    ScheduledLateTrigger,
+    check_trigger,
+)
 
 PANE, DEAD = "pane", "dead"  # tags of the stateful step's output
 DEAD_LETTER = "dead_letter"  # the dead-letter output, and its counter
@@ -106,7 +122,13 @@ class _SplitPanes(beam.DoFn):
 
 
 def _pane_output(key: Any, values: list, window: Any, pane: PaneInfo) -> WindowedValue:
+    """A pane as the stateful step emits it."""
     return WindowedValue((PANE, (key, values)), window.max_timestamp(), [window], pane)
+
+
+def _dead_output(key: Any, value: Any, window: Any) -> WindowedValue:
+    """A value of a closed window as a runner's own stateful step emits it."""
+    return WindowedValue((DEAD, (key, value)), window.max_timestamp(), [window])
 
 
 class _PaneFn(beam.DoFn):
@@ -123,20 +145,29 @@ class _PaneFn(beam.DoFn):
     VALUES = BagStateSpec("values", coders.FastPrimitivesCoder())
     EVENT = TimerSpec("event", TimeDomain.WATERMARK)
 
-    def __init__(self, trigger: ScheduledLateTrigger, cleanup: CleanupPolicy, accumulate: bool,
+    def __init__(self, trigger: LateTrigger, cleanup: CleanupPolicy, accumulate: bool,
                  namespace: str) -> None:
-        if not isinstance(trigger, ScheduledLateTrigger):
-            raise TypeError(f"trigger must have late_firing_offsets(allowed_lateness), "
-                            f"got {trigger!r}")
+        self._check_trigger(trigger)
         self._trigger = trigger
         self._cleanup = cleanup
         self._accumulate = accumulate
         self._late = beam.metrics.Metrics.counter(namespace, LATE_EVENTS)
         self._skipped = beam.metrics.Metrics.counter(namespace, FIRINGS_WITHOUT_NEW_DATA)
 
+    @staticmethod
+    def _check_trigger(trigger: LateTrigger) -> None:
+        if not isinstance(trigger, ScheduledLateTrigger):
+            raise TypeError(f"trigger must have late_firing_offsets(allowed_lateness), "
+                            f"got {trigger!r}")
+
     def process(self, element: tuple[Any, Any], window=beam.DoFn.WindowParam,
                 meta=beam.DoFn.StateParam(META), values=beam.DoFn.StateParam(VALUES),
                 event=beam.DoFn.TimerParam(EVENT)) -> Iterable[Any]:
+        return self._on_value(element, window, meta, values, event, None)
+
+    def _on_value(self, element: tuple[Any, Any], window: Any, meta: Any, values: Any,
+                  event: Any, delay: Any) -> Iterable[Any]:
+        """``process``'s body; ``delay``: the processing-time timer, if declared."""
         st = meta.read() or _PaneState()
         action = on_element(st, self._trigger)
         if action == "dead":
@@ -145,9 +176,22 @@ class _PaneFn(beam.DoFn):
         values.add(element[1])
         if action == "buffer":
             event.set(window.max_timestamp())
-        else:  # "late": a scheduled trigger fires from the timer only
+        else:
             self._late.inc()
+            yield from self._on_late_value(action, st, element[0], window, values, delay)
         meta.write(st)
+
+    def _on_late_value(self, action: str, st: _PaneState, key: Any, window: Any, values: Any,
+                       delay: Any) -> Iterable[Any]:
+        """A scheduled trigger fires from the event-time timer only."""
+        return ()
+
+    def _pane(self, key: Any, window: Any, values: Any, pane: PaneInfo) -> WindowedValue:
+        """The pane's output; not accumulating, its values leave the state."""
+        out = list(values.read())
+        if not self._accumulate:
+            values.clear()
+        return _pane_output(key, out, window, pane)
 
     @on_timer(EVENT)
     def on_event(self, key=beam.DoFn.KeyParam, window=beam.DoFn.WindowParam,
@@ -160,17 +204,56 @@ class _PaneFn(beam.DoFn):
             size = float(window.end - getattr(window, "start", window.end))
             pane, nxt = on_time(st, self._cleanup, self._trigger, size)
         else:
-            fires = st.points[0][1]
-            pane, nxt = on_point(st, self._cleanup, self._trigger)
-            if fires and pane is None:
+            pane, nxt, empty = on_point(st, self._cleanup, self._trigger)
+            if empty:
                 self._skipped.inc()
         if pane is not None:
-            out = list(values.read())
-            if not self._accumulate:
-                values.clear()
-            yield _pane_output(key, out, window, pane)
+            yield self._pane(key, window, values, pane)
         if nxt is None:
             values.clear()
         else:
             event.set(window.end + Duration.of(nxt))
+        meta.write(st)
+
+
+class _EventPaneFn(_PaneFn):
+    """:class:`_PaneFn` for any late trigger, event-driven ones included.
+
+    ``EveryNLateEvents`` fires as its n-th late value arrives;
+    ``AfterLateDelay`` sets a processing-time timer at the first late value
+    since the previous pane. Only this class declares that timer, so that
+    :class:`_PaneFn` keeps the DirectRunner on its portable runner.
+    """
+
+    DELAY = TimerSpec("delay", TimeDomain.REAL_TIME)
+
+    @staticmethod
+    def _check_trigger(trigger: LateTrigger) -> None:
+        check_trigger(trigger)
+
+    def process(self, element: tuple[Any, Any], window=beam.DoFn.WindowParam,
+                meta=beam.DoFn.StateParam(_PaneFn.META),
+                values=beam.DoFn.StateParam(_PaneFn.VALUES),
+                event=beam.DoFn.TimerParam(_PaneFn.EVENT),
+                delay=beam.DoFn.TimerParam(DELAY)) -> Iterable[Any]:
+        return self._on_value(element, window, meta, values, event, delay)
+
+    def _on_late_value(self, action: str, st: _PaneState, key: Any, window: Any, values: Any,
+                       delay: Any) -> Iterable[Any]:
+        if action == "fire":
+            yield self._pane(key, window, values, fire_now(st))
+        elif action == "delay":
+            seconds = self._trigger.seconds  # type: ignore[union-attr]
+            delay.set(Timestamp.now() + Duration.of(seconds))
+
+    @on_timer(DELAY)
+    def on_delay_timer(self, key=beam.DoFn.KeyParam, window=beam.DoFn.WindowParam,
+                       meta=beam.DoFn.StateParam(_PaneFn.META),
+                       values=beam.DoFn.StateParam(_PaneFn.VALUES)) -> Iterable[Any]:
+        st = meta.read()
+        if st is None:
+            return
+        pane = on_delay(st)
+        if pane is not None:
+            yield self._pane(key, window, values, pane)
         meta.write(st)

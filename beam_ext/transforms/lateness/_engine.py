@@ -41,6 +41,9 @@ class _LateEngine:
 
     ``clock`` (default: the system's) times the watermark advances; their
     speed converts the backend's staging time into event time (:meth:`_lead`).
+
+    ``late_events`` and ``firings_without_new_data`` count what the Beam
+    path's counters of those names count.
     """
 
     def __init__(self, trigger: LateTrigger, cleanup: CleanupPolicy, backend: _Backend,
@@ -64,6 +67,8 @@ class _LateEngine:
         self._speed = 0.0  # event seconds per wall-clock second, smoothed
         self._advanced_at = 0.0
         self._now = 0.0
+        self.late_events = 0
+        self.firings_without_new_data = 0
 
     def element(self, key: bytes, window: Window, value: bytes) -> None:
         kw = (key, window)
@@ -82,7 +87,9 @@ class _LateEngine:
                     # Already behind the watermark: fires at once, as a Beam
                     # timer set behind the watermark fires after the bundle.
                     self._fire_due()
-        elif action == "fire":
+            return
+        self.late_events += 1
+        if action == "fire":
             self._fire(kw, fire_now(st))
         elif action == "delay":
             heapq.heappush(self._delays, (self._now + self._trigger.seconds, next(self._seq), *kw))  # type: ignore[union-attr]
@@ -143,13 +150,14 @@ class _LateEngine:
                 self._fire(kw, pane)
                 self._backend.expire(key, window)
             else:
-                fires = bool(st.points) and st.points[0][1]
-                pane, nxt = on_point(st, self._cleanup, self._trigger)
+                pane, nxt, empty = on_point(st, self._cleanup, self._trigger)
                 if pane is not None:
                     self._fire(kw, pane)
-                elif fires and nxt is not None:
-                    # Pre-staged for a firing that found no late data.
-                    self._backend.release(key, window)
+                elif empty:
+                    self.firings_without_new_data += 1
+                    if nxt is not None:
+                        # Pre-staged for a firing that found no late data.
+                        self._backend.release(key, window)
             if nxt is None:
                 self._backend.purge(key, window)
             else:

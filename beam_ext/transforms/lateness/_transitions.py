@@ -1,12 +1,12 @@
 """Pane transitions of a late-data window: pure functions over a :class:`_PaneState`.
 
 One :class:`_PaneState` per (key, window). Every execution path calls these
-functions and nothing else to decide panes, so all paths emit the same panes:
-the Beam paths (stateful DoFns: ``_beam_panes._PaneFn`` and
-LateWindowedGroupByKey's own) keep the state in Beam state and drive it from
-timers; :class:`~beam_ext.transforms.lateness._engine._LateEngine` keeps it
-in a dict and drives it from explicit watermark / processing-time advances
-(the Spark-native path and the benchmark).
+functions and nothing else to decide panes, so all paths emit the same panes
+and count the same events: the Beam path (the stateful DoFns of
+``_beam_panes``) keeps the state in Beam state and drives it from timers;
+:class:`~beam_ext.transforms.lateness._engine._LateEngine` keeps it in a dict
+and drives it from explicit watermark / processing-time advances (the
+Spark-native path and the benchmark).
 
 Event-time points are offsets after the window's end: the on-time pane fires
 when the watermark reaches the window's max timestamp; late points at
@@ -20,6 +20,7 @@ upper bound of their true arrival offset.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming
 
@@ -88,7 +89,10 @@ def _late_pane(st: _PaneState, is_last: bool) -> PaneInfo:
 
 
 def on_element(st: _PaneState, trigger: LateTrigger) -> str:
-    """What to do with an arriving value: 'dead', 'buffer', 'late', 'fire' or 'delay'."""
+    """What to do with an arriving value: 'dead', 'buffer', 'late', 'fire' or 'delay'.
+
+    The last three are for a late value (one counted as a late event).
+    """
     if st.purged:
         return "dead"
     if not st.on_time_fired:
@@ -123,12 +127,16 @@ def on_time(st: _PaneState, cleanup: CleanupPolicy, trigger: LateTrigger,
     return pane, st.points[0][0]
 
 
-def on_point(st: _PaneState, cleanup: CleanupPolicy,
-             trigger: LateTrigger) -> tuple[PaneInfo | None, float | None]:
-    """Handle the next event-time point; returns a pane or None, and the next offset.
+class _Point(NamedTuple):
+    """What :func:`on_point` decided."""
 
-    A returned next offset of None means the window is closed: purge it.
-    """
+    pane: PaneInfo | None  # the late pane to emit, if any
+    next_offset: float | None  # of the next point; None: the window closed, purge it
+    empty_firing: bool  # a firing point without late data since the previous pane
+
+
+def on_point(st: _PaneState, cleanup: CleanupPolicy, trigger: LateTrigger) -> _Point:
+    """Handle the next event-time point: the pane it fires, if any, and the next offset."""
     offset, fires = st.points.pop(0)
     observe = getattr(trigger, "observe", None)
     for _ in range(st.unobserved):
@@ -140,10 +148,11 @@ def on_point(st: _PaneState, cleanup: CleanupPolicy,
     pane = None
     if fires and st.late_since_pane > 0:
         pane = _late_pane(st, is_last=final)
+    empty = fires and pane is None
     if final:
         st.purged = True
-        return pane, None
-    return pane, st.points[0][0]
+        return _Point(pane, None, empty)
+    return _Point(pane, st.points[0][0], empty)
 
 
 def on_delay(st: _PaneState) -> PaneInfo | None:

@@ -10,26 +10,19 @@ bounded however many past windows are open.
 from __future__ import annotations
 
 import pickle
-from typing import Any, Iterable
+from typing import Any
 
 import apache_beam as beam
 from apache_beam import coders
-from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (
-    BagStateSpec,
-    ReadModifyWriteStateSpec,
-    TimerSpec,
-    on_timer,
-)
-from apache_beam.utils.timestamp import Duration, Timestamp
-from apache_beam.utils.windowed_value import PaneInfo, WindowedValue
+from apache_beam.utils.timestamp import Duration
 
 from beam_ext.transforms._native import native_annotations
-from beam_ext.transforms.lateness import _transitions as panes
+from beam_ext.transforms.lateness._beam_panes import _EventPaneFn, _LatePaneTransform, _PaneFn
 from beam_ext.transforms.lateness.triggers import (
     Cleanup,
     EveryNLateEvents,
     LateTrigger,
+    ScheduledLateTrigger,
     as_cleanup,
     check_trigger,
 )
@@ -37,12 +30,11 @@ from beam_ext.transforms.lateness.triggers import (
 __all__ = ["LateWindowedGroupByKey"]
 
 NATIVE_URN = "beam_ext:late_windowed_gbk:v1"  # SparkRunner: runner/native/_lateness.py
-_NAMESPACE = "beam_ext.lateness"
-_DEAD_COUNTER = "dead_letter"
+METRICS_NAMESPACE = "beam_ext.lateness"
 _DEFAULT_POLICY_HORIZON = 30 * 24 * 3600.0
 
 
-class LateWindowedGroupByKey(beam.PTransform):
+class LateWindowedGroupByKey(_LatePaneTransform):
     """Group ``(key, value)`` pairs per window, re-firing past windows on late data.
 
     Emits ``(key, [values])`` panes, each with Beam ``PaneInfo``:
@@ -58,8 +50,12 @@ class LateWindowedGroupByKey(beam.PTransform):
       (``is_last``) if late data arrived since the previous pane; then the
       window's state is purged.
 
-    Values for a purged window are counted in the ``beam_ext.lateness /
-    dead_letter`` counter and, with :meth:`with_dead_letters`, returned.
+    Values for a purged window are dead letters: counted and, with
+    :meth:`with_dead_letters`, returned unchanged as ``(key, value)``; the
+    transform then returns ``(panes, dead_letters)``. The output shape is
+    ``StalenessRefire``'s. Counters, namespace ``beam_ext.lateness``:
+    ``dead_letter``, ``late_panes``, ``late_events``,
+    ``firings_without_new_data``; SparkRunner's native path counts them too.
 
     Example::
 
@@ -74,6 +70,8 @@ class LateWindowedGroupByKey(beam.PTransform):
     policy. ``memory_budget_bytes`` bounds the spill store's memory per
     Spark task.
     """
+
+    _NAMESPACE = METRICS_NAMESPACE
 
     def __init__(self, trigger: LateTrigger | None = None, cleanup: Cleanup = 0.0,
                  memory_budget_bytes: int = 64 << 20,
@@ -95,10 +93,6 @@ class LateWindowedGroupByKey(beam.PTransform):
             self._gc_lateness = None
         self._horizon = float(dead_letter_horizon)
 
-    def with_dead_letters(self) -> "_WithDeadLetters":
-        """This transform, returning ``(panes, dead_letters)`` instead of ``panes``."""
-        return _WithDeadLetters(self)
-
     def _tagged(self, pcoll: beam.PCollection) -> beam.PCollection:
         windowfn = pcoll.windowing.windowfn
         if windowfn.is_merging():
@@ -117,42 +111,6 @@ class LateWindowedGroupByKey(beam.PTransform):
         return kept | "Panes" >> _LatePanes(self._trigger, self._cleanup, self._budget,
                                             key_coder, value_coder)
 
-    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        return self._split(pcoll)[0]
-
-    def _split(self, pcoll: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
-        out = self._tagged(pcoll) | "Split" >> beam.ParDo(_SplitDeadLetters()).with_outputs(
-            "dead_letter", main="panes")
-        return out.panes, out.dead_letter
-
-
-class _WithDeadLetters(beam.PTransform):
-    def __init__(self, inner: LateWindowedGroupByKey) -> None:
-        super().__init__()
-        self._inner = inner
-
-    def expand(self, pcoll: beam.PCollection) -> tuple[beam.PCollection, beam.PCollection]:
-        return self._inner._split(pcoll)
-
-
-class _SplitDeadLetters(beam.DoFn):
-    """Panes to the main output; dead letters to a tagged output, counted.
-
-    Counted here rather than in the stateful step so that both the Beam path
-    and the Spark-native path report through one stateless Beam step.
-    """
-
-    def __init__(self) -> None:
-        self._dead = beam.metrics.Metrics.counter(_NAMESPACE, _DEAD_COUNTER)
-
-    def process(self, tagged: tuple[str, Any]) -> Iterable[Any]:
-        tag, payload = tagged
-        if tag == "pane":
-            yield payload
-        else:
-            self._dead.inc()
-            yield beam.pvalue.TaggedOutput("dead_letter", payload)
-
 
 def _kv_coders(pcoll: beam.PCollection) -> tuple[coders.Coder, coders.Coder]:
     """Key and value coders of ``(key, value)`` input; the key coder is
@@ -165,7 +123,7 @@ def _kv_coders(pcoll: beam.PCollection) -> tuple[coders.Coder, coders.Coder]:
 
 
 class _LatePanes(beam.PTransform):
-    """The stateful part; outputs ("pane", (k, values)) and ("dead", (k, v)).
+    """The stateful step; outputs ("pane", (k, values)) and ("dead", (k, v)).
 
     On SparkRunner this is replaced by ``beam_ext.runner.native._lateness``.
     """
@@ -181,72 +139,8 @@ class _LatePanes(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         trigger, cleanup = self._config[:2]
-        return pcoll | "LatePaneFn" >> beam.ParDo(_LatePaneFn(trigger, cleanup))
-
-
-def _pane_output(key: Any, values: list, window: Any, pane: PaneInfo) -> WindowedValue:
-    return WindowedValue(("pane", (key, values)), window.max_timestamp(), [window], pane)
-
-
-class _LatePaneFn(beam.DoFn):
-    META = ReadModifyWriteStateSpec("meta", coders.PickleCoder())
-    VALUES = BagStateSpec("values", coders.FastPrimitivesCoder())
-    EVENT = TimerSpec("event", TimeDomain.WATERMARK)
-    DELAY = TimerSpec("delay", TimeDomain.REAL_TIME)
-
-    def __init__(self, trigger: LateTrigger, cleanup: Any) -> None:
-        self._trigger = trigger
-        self._cleanup = cleanup
-
-    def process(self, element: tuple[Any, Any], window=beam.DoFn.WindowParam,
-                meta=beam.DoFn.StateParam(META), values=beam.DoFn.StateParam(VALUES),
-                event=beam.DoFn.TimerParam(EVENT),
-                delay=beam.DoFn.TimerParam(DELAY)) -> Iterable[Any]:
-        key, value = element
-        st = meta.read() or panes._PaneState()
-        action = panes.on_element(st, self._trigger)
-        if action == "dead":
-            yield ("dead", element)
-            return
-        values.add(value)
-        if action == "buffer":
-            event.set(window.max_timestamp())
-        elif action == "fire":
-            pane = panes.fire_now(st)
-            yield _pane_output(key, list(values.read()), window, pane)
-        elif action == "delay":
-            seconds = self._trigger.seconds  # type: ignore[union-attr]
-            delay.set(Timestamp.now() + Duration.of(seconds))
-        meta.write(st)
-
-    @on_timer(EVENT)
-    def on_event(self, key=beam.DoFn.KeyParam, window=beam.DoFn.WindowParam,
-                 meta=beam.DoFn.StateParam(META), values=beam.DoFn.StateParam(VALUES),
-                 event=beam.DoFn.TimerParam(EVENT)) -> Iterable[Any]:
-        st = meta.read()
-        if st is None or st.purged:
-            return
-        if not st.on_time_fired:
-            size = float(window.end - getattr(window, "start", window.end))
-            pane, nxt = panes.on_time(st, self._cleanup, self._trigger, size)
-        else:
-            pane, nxt = panes.on_point(st, self._cleanup, self._trigger)
-        if pane is not None:
-            yield _pane_output(key, list(values.read()), window, pane)
-        if nxt is None:
-            values.clear()
-        else:
-            event.set(window.end + Duration.of(nxt))
-        meta.write(st)
-
-    @on_timer(DELAY)
-    def on_delay(self, key=beam.DoFn.KeyParam, window=beam.DoFn.WindowParam,
-                 meta=beam.DoFn.StateParam(META),
-                 values=beam.DoFn.StateParam(VALUES)) -> Iterable[Any]:
-        st = meta.read()
-        if st is None:
-            return
-        pane = panes.on_delay(st)
-        if pane is not None:
-            yield _pane_output(key, list(values.read()), window, pane)
-        meta.write(st)
+        # Only event-driven triggers need _EventPaneFn's processing-time
+        # timer, which sends the DirectRunner to its bundle-based runner.
+        fn = _PaneFn if isinstance(trigger, ScheduledLateTrigger) else _EventPaneFn
+        return pcoll | "LatePaneFn" >> beam.ParDo(
+            fn(trigger, cleanup, accumulate=True, namespace=METRICS_NAMESPACE))
