@@ -154,7 +154,8 @@ def test_missing_field_names_the_field_and_shows_the_event():
 
 
 def _late_events(result) -> int:
-    counters = result.metrics().query(MetricsFilter().with_name("late_events"))["counters"]
+    counters = result.metrics().query(
+        MetricsFilter().with_namespace("beam_ext.sliding").with_name("late_events"))["counters"]
     return sum(c.committed for c in counters)
 
 

@@ -22,7 +22,7 @@ from beam_ext.transforms._native import native_annotations
 from beam_ext.transforms.sliding._engine import _SlidingEngine, compute_sorted
 from beam_ext.transforms.sliding._plan import NATIVE_URN, SlidingWindow, _Plan
 from beam_ext.transforms.sliding.agg import AggSpec
-_METRICS_NAMESPACE = "beam_ext.SlidingAggregate"
+METRICS_NAMESPACE = "beam_ext.sliding"
 _LATE_POLICIES = ("drop", "rewrite")
 # Streaming state is pickled per event, so its chunks stay small.
 _STREAMING_CHUNK = 256
@@ -43,7 +43,7 @@ class SlidingAggregate(beam.PTransform):
     far; events more than ``allowed_disorder`` seconds older than the newest
     of their key are late: ``late_policy="drop"`` drops them, ``"rewrite"``
     moves them to the oldest accepted time. Either way they are counted in
-    the ``beam_ext.SlidingAggregate/late_events`` counter.
+    the ``beam_ext.sliding/late_events`` counter.
 
     Example::
 
@@ -153,7 +153,7 @@ class _ImmediateFn(beam.DoFn):
         self._plan = plan
         self._disorder = allowed_disorder
         self._policy = late_policy
-        self._late = Metrics.counter(_METRICS_NAMESPACE, "late_events")
+        self._late = Metrics.counter(METRICS_NAMESPACE, "late_events")
 
     def process(self, element: Any, engine_state=beam.DoFn.StateParam(ENGINE)) -> Iterable:
         _, (t, micros, event) = element
