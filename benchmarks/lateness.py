@@ -124,7 +124,7 @@ class _GcTimer:
         else:
             self.seconds += time.perf_counter() - self._started
 
-    def __enter__(self) -> "_GcTimer":
+    def __enter__(self) -> _GcTimer:
         gc.callbacks.append(self._callback)
         return self
 
@@ -142,7 +142,7 @@ class _PeakSampler:
         while not self._stop.wait(0.005):
             self.peak = max(self.peak, _rss_anon())
 
-    def __enter__(self) -> "_PeakSampler":
+    def __enter__(self) -> _PeakSampler:
         self._thread.start()
         return self
 
@@ -155,7 +155,7 @@ class _PeakSampler:
 def _window_function(workload: str, values: Iterable[bytes]) -> object:
     if workload == "average":
         total = n = 0
-        for n, v in enumerate(values, 1):
+        for n, v in enumerate(values, 1):  # noqa: B007 - n is the count after the loop
             total += int.from_bytes(v[:4], "little")
         return total / max(1, n)
     bigrams: Counter = Counter()

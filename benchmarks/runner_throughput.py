@@ -109,10 +109,10 @@ def _time(fn: Callable[[], object]) -> float:
 
 
 def run(quick: bool, out_dir: str) -> list[dict]:
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from pyspark.sql import SparkSession
 
     from beam_ext.runner import SparkRunner
-    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
     spark = (SparkSession.builder.master("local[2]").appName("runner-benchmark")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())

@@ -23,7 +23,6 @@ Writes docs/benchmarks/sliding.md (tables) and docs/benchmarks/sliding_*.png.
 from __future__ import annotations
 
 import argparse
-import bisect
 import json
 import math
 import os
@@ -172,7 +171,8 @@ def timed(spark, fn: Callable[[], Any], limit: float) -> float:
 
 
 def spark_sql_range(spark, path: str, size: float) -> None:
-    from pyspark.sql import Window, functions as F
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
     w = Window.partitionBy("key").orderBy("ts").rangeBetween(-int(size), 0)
     (spark.read.parquet(path)
@@ -381,7 +381,7 @@ def report(results: dict, out: str, command: str) -> str:
             sql, nat = r["sql"][w], r["native"][w]
             ratio = f">= {results['sql_limit'] / nat:.1f}x" if math.isinf(sql) else f"{sql / nat:.1f}x"
             lines.append(f"| {keys:,} | {w} | {_fmt(sql)} | {_fmt(nat)} | {ratio} |")
-    lines += ["", f"![time vs window](sliding_time.png)", ""]
+    lines += ["", "![time vs window](sliding_time.png)", ""]
     first = results["by_keys"][str(results["keys"][0])]
     if first["beam_spark"]:
         lines += ["## The Beam pipeline on SparkRunner (generic element path)", "",

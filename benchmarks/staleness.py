@@ -26,8 +26,8 @@ import time
 
 import numpy as np
 
-from beam_ext.transforms.staleness._schedule import interval_staleness
 from beam_ext.transforms.staleness import StalenessPlanner
+from beam_ext.transforms.staleness._schedule import interval_staleness
 
 T = 100.0
 BOUNDS = (0.1, 0.05, 0.01)

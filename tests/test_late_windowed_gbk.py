@@ -10,7 +10,6 @@ import hypothesis.strategies as st
 import pytest
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import window as beam_window
-from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 from hypothesis import given, settings
 
@@ -19,7 +18,6 @@ from beam_ext.transforms import AfterLateDelay, EveryNLateEvents, LateWindowedGr
 from beam_ext.transforms.lateness import FixedLateness
 from beam_ext.transforms.lateness._backends import _MemoryBackend, _SpillBackend
 from beam_ext.transforms.lateness._engine import _LateEngine
-
 from tests._late_model import model_panes
 
 SIZE = 10.0
@@ -225,14 +223,13 @@ def typed_inputs(p, pairs):
     """The same ``(key, value, timestamp)`` triples as inputs whose element type
     is a known tuple: from ``beam.Create`` (global window) and by type hint
     (fixed windows); with the panes each must give."""
-    from typing import Tuple
 
     from apache_beam.transforms.window import GlobalWindow
 
     created = p | "Typed" >> beam.Create([(k, v) for k, v, _ in pairs])
     hinted = (p | "Triples" >> beam.Create(pairs)
               | beam.Map(lambda e: beam_window.TimestampedValue((e[0], e[1]), e[2]))
-              .with_output_types(Tuple[str, int])
+              .with_output_types(tuple[str, int])
               | beam.WindowInto(beam_window.FixedWindows(SIZE)))
     assert created.element_type == hinted.element_type == beam.typehints.Tuple[str, int]
     end = GlobalWindow().end.micros / 1e6

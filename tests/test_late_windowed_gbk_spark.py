@@ -20,7 +20,6 @@ from beam_ext.runner.native import NativeContext
 from beam_ext.runner.native._lateness import late_panes_on_spark
 from beam_ext.transforms import EveryNLateEvents, FixedLateness, LateWindowedGroupByKey
 from beam_ext.transforms.lateness._gbk import NATIVE_URN
-
 from tests._late_model import model_panes
 from tests.test_late_windowed_gbk import SIZE, TYPED_PAIRS, _pane_row, typed_inputs
 

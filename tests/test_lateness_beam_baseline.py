@@ -13,13 +13,13 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
-from apache_beam.utils.windowed_value import PaneInfoTiming
-
 from _lateness_beam_gbk import BeamGroupByKeyBaseline
+from apache_beam.utils.windowed_value import PaneInfoTiming
+from lateness import _Offsets
+
 from beam_ext.transforms.lateness import FixedLateness
 from beam_ext.transforms.lateness._backends import _MemoryBackend
 from beam_ext.transforms.lateness._engine import _LateEngine
-from lateness import _Offsets
 
 SIZE = 20.0
 LATENESS = 4 * SIZE

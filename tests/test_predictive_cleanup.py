@@ -5,7 +5,8 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.stats import binom
 
 from beam_ext.transforms.lateness import PredictiveCleanup

@@ -1,16 +1,12 @@
 """SparkRunner on the Beam model, feature by feature; DirectRunner is the oracle."""
 from __future__ import annotations
 
-import typing
-
 import apache_beam as beam
 import pytest
 from apache_beam.transforms import window
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import (
-    BagStateSpec, CombiningValueStateSpec, TimerSpec, on_timer)
+from apache_beam.transforms.userstate import BagStateSpec, CombiningValueStateSpec, TimerSpec, on_timer
 from apache_beam.utils.timestamp import Timestamp
-
 from pipeline_outputs import spark_equals_direct
 
 pytestmark = pytest.mark.usefixtures("spark")
@@ -244,12 +240,13 @@ class _RangeSource(beam.DoFn, beam.transforms.core.RestrictionProvider):
 
 
 def test_splittable_dofn_reads_everything_across_partitions(tmp_path):
-    from beam_ext.runner import SparkRunner
     from pipeline_outputs import run_and_collect
+
+    from beam_ext.runner import SparkRunner
 
     out = run_and_collect(
         SparkRunner(), lambda p: p | beam.Create([800]) | beam.ParDo(
-            _RangeSource().with_output_types(typing.Tuple[int, int])), str(tmp_path))
+            _RangeSource().with_output_types(tuple[int, int])), str(tmp_path))
     assert sorted(i for i, _ in out) == list(range(800))
     assert len({where for _, where in out}) > 1  # the initial splits ran in parallel
 
@@ -315,7 +312,7 @@ class _OnePerCall(beam.DoFn, beam.transforms.core.RestrictionProvider):
 def test_self_checkpointing_sdf_residuals_survive_every_bundle(tmp_path, bundle):
     out = spark_equals_direct(
         lambda p: (p | beam.Create(range(1, 21)) | beam.Reshuffle()
-                   | beam.ParDo(_OnePerCall()).with_output_types(typing.Tuple[int, int])),
+                   | beam.ParDo(_OnePerCall()).with_output_types(tuple[int, int])),
         tmp_path, bundle)
     assert len(out) == sum(range(1, 21))
 
@@ -334,8 +331,9 @@ class _BundleSizes(beam.DoFn):
 
 
 def test_one_byte_bundles_hold_one_element_each(tmp_path):
-    from beam_ext.runner import SparkRunner
     from pipeline_outputs import run_and_collect
+
+    from beam_ext.runner import SparkRunner
 
     out = run_and_collect(
         SparkRunner(), lambda p: (p | beam.Create(range(20)) | beam.Reshuffle()

@@ -1,9 +1,9 @@
 """The runner benchmark's pipelines compute the same answers on every engine."""
 import apache_beam as beam
 import pytest
+import runner_throughput as bench
 from apache_beam.testing.util import assert_that, equal_to
 
-import runner_throughput as bench
 from beam_ext.runner import SparkRunner
 
 

@@ -12,7 +12,6 @@ from beam_ext.transforms.sampling import _estimators as est
 from beam_ext.transforms.sampling._monitor import StatisticsMonitor, SubstreamStats
 from beam_ext.transforms.sampling._sampler import SamplerConfig, key_seed, replay
 
-
 # ---------------------------------------------------------------- oracle --
 
 def _oracle_settle(arrival, delays, end):

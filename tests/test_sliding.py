@@ -5,14 +5,15 @@ import random
 
 import apache_beam as beam
 import pytest
+from _sliding_oracle import every_kind, oracle
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.test_stream import TestStream as _TestStream
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import TimestampedValue
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from _sliding_oracle import every_kind, oracle
 from beam_ext import SlidingAggregate, SlidingWindow, agg
 from beam_ext.transforms.aggregators import Sum
 

@@ -18,8 +18,8 @@ from collections import deque
 
 import numpy as np
 import pytest
-
 from _sliding_oracle import ORACLES
+
 from beam_ext.transforms import agg, aggregators
 from beam_ext.transforms.aggregators import Sum, Variance
 from beam_ext.transforms.aggregators._columnar import Column

@@ -7,9 +7,10 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from _sliding_oracle import ORACLES, assert_features_close, every_kind, oracle
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from beam_ext.state.reservoir import EventReservoir
 from beam_ext.transforms import agg
 from beam_ext.transforms.sliding._engine import _SlidingEngine, compute_sorted

@@ -14,9 +14,9 @@ import sys
 import apache_beam as beam
 import numpy as np
 import pytest
-
 import sliding_separate_workers_job as separate_job
 from _sliding_oracle import assert_features_close, every_kind, oracle
+
 from beam_ext import SlidingAggregate, SlidingWindow, agg
 from beam_ext.runner import SparkRunner
 from beam_ext.transforms import sliding
@@ -99,7 +99,8 @@ def test_native_annotation_is_dropped_for_custom_aggregates_and_streaming():
 
 
 def test_equals_spark_sql_range_frames(spark):
-    from pyspark.sql import Window, functions as F
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
 
     rng = random.Random(7)
     # Timestamps come from a pool of random reals (so peers exist) whose
@@ -135,9 +136,10 @@ def test_equals_spark_sql_range_frames(spark):
 
 
 def _collect_plain(events, sizes):
+    import numpy as np
+
     from beam_ext.transforms.sliding._plan import _Plan
     from beam_ext.transforms.sliding._vectorised import compute_batch
-    import numpy as np
 
     plan = _Plan("card", "ts", {n: SlidingWindow(s) for n, s in sizes.items()},
                  {"n": agg.count(), "total": agg.sum("amount"), "avg": agg.mean("amount"),

@@ -10,7 +10,7 @@ import textwrap
 import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, settings
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from beam_ext.state import SpillStore, SpillStoreError
 

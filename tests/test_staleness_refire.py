@@ -8,7 +8,8 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
-from hypothesis import Phase, given, settings, strategies as st
+from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
 from beam_ext.transforms.lateness import LateWindowedGroupByKey
 from beam_ext.transforms.staleness import StalenessRefire, StalenessTrigger
@@ -128,7 +129,7 @@ def test_random_late_streams_match_the_model(seed):
 
 
 def test_batch_pipeline_gives_one_on_time_pane_per_key_and_window():
-    events = [("k%d" % (i % 3), i, float(i * 7 % 50)) for i in range(40)]
+    events = [(f"k{i % 3}", i, float(i * 7 % 50)) for i in range(40)]
     expected = {}
     for key, value, ts in events:
         expected.setdefault((key, ts - ts % 10), []).append(value)

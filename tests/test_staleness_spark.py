@@ -37,7 +37,7 @@ def _pipeline(p, events):
 
 
 def test_spark_matches_direct_runner_and_the_oracle(spark):
-    events = [("k%d" % (i % 4), i, float(i * 13 % 70)) for i in range(24)]
+    events = [(f"k{i % 4}", i, float(i * 13 % 70)) for i in range(24)]
     expected = {}
     for key, value, ts in events:
         expected.setdefault((key, ts - ts % 10), []).append(value)

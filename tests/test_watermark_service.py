@@ -5,7 +5,8 @@ import threading
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from beam_ext.clock import ManualClock
 from beam_ext.watermark import (
@@ -122,7 +123,7 @@ def test_binds_loopback_by_default_and_checks_arguments():
         TrackerService(token=TOKEN, port=70000)
     s = TrackerService(token=TOKEN)
     with pytest.raises(RuntimeError, match="not started"):
-        s.address
+        _ = s.address
     s.start()
     assert s.address.startswith("127.0.0.1:")
     s.stop()
@@ -173,7 +174,7 @@ def test_firm_bound_holds_back_the_next_epoch(svc):
     gate = FirmBound(op, first=0, on_end=lambda e: (log.append(("end", e)), e == 2 and done.set()))
     mailbox = []
     for epoch in range(3):
-        for i in range(4):
+        for _ in range(4):
             tok = new_token()
             src.sent(epoch, tok, to="op/0")
             mailbox.append((epoch, tok))

@@ -1,10 +1,11 @@
 """Failures inside Spark tasks, re-raised with the user's step and the cause."""
 from __future__ import annotations
 
-from beam_ext.errors import BeamExtError
 import contextlib
 import re
 from typing import Sequence
+
+from beam_ext.errors import BeamExtError
 
 
 class PipelineError(BeamExtError, RuntimeError):

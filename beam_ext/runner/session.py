@@ -1,7 +1,6 @@
 """Finding or starting the SparkSession a pipeline runs on."""
 from __future__ import annotations
 
-from beam_ext.errors import BeamExtError
 import logging
 import os
 import shutil
@@ -9,6 +8,7 @@ import socket
 import subprocess
 import sys
 
+from beam_ext.errors import BeamExtError
 from beam_ext.runner.options import SparkRunnerOptions, parse_spark_conf
 
 _LOG = logging.getLogger(__name__)

@@ -8,14 +8,17 @@ from apache_beam.options import pipeline_options
 from apache_beam.portability import common_urns, python_urns
 from apache_beam.runners import runner
 from apache_beam.runners.pipeline_utils import (
-    group_by_key_input_visitor, merge_common_environments,
-    merge_superset_dep_environments, validate_pipeline_graph)
+    group_by_key_input_visitor,
+    merge_common_environments,
+    merge_superset_dep_environments,
+    validate_pipeline_graph,
+)
 from apache_beam.transforms import environments
 
 from beam_ext.runner._metrics import SparkMetrics
 from beam_ext.runner.executors import BatchExecutor
-from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline
 from beam_ext.runner.options import SparkRunnerOptions, check_options
+from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline
 from beam_ext.runner.session import get_or_create_session
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -73,7 +76,6 @@ class SparkRunner(runner.PipelineRunner):
         self._is_drain = is_drain
 
     def run_pipeline(self, pipeline, options: pipeline_options.PipelineOptions):
-        spark_options = options.view_as(SparkRunnerOptions)
         if options.view_as(pipeline_options.StandardOptions).streaming:
             raise NotImplementedError(
                 "SparkRunner runs batch pipelines; --streaming is not supported yet")

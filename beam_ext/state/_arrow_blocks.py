@@ -13,11 +13,11 @@ with bad offsets outside its buffers.
 """
 from __future__ import annotations
 
-from beam_ext.errors import BeamExtError
-
 import struct
 
 import pyarrow as pa
+
+from beam_ext.errors import BeamExtError
 
 _CODEC = "lz4"  # lz4 decompresses ~3x faster than zstd at a small size cost
 _HEADER = struct.Struct(">4sQ")

@@ -21,8 +21,6 @@ function. A file altered to hold anything else raises :class:`ReservoirError`.
 """
 from __future__ import annotations
 
-from beam_ext.errors import BeamExtError
-
 import bisect
 import io
 import itertools
@@ -36,6 +34,7 @@ from typing import Any, Callable, Sequence
 
 import pyarrow as pa
 
+from beam_ext.errors import BeamExtError
 from beam_ext.state._arrow_blocks import CorruptBlockError, decode_batch, encode_batch
 
 __all__ = ["Cursor", "EventReservoir", "ReservoirError"]
@@ -386,7 +385,7 @@ class EventReservoir:
             return self._starts[c] + bisect.bisect_right(ts, t)
         return self.sealed_end + bisect.bisect_right(self._open_ts, t)
 
-    def cursor(self, pos: int) -> "Cursor":
+    def cursor(self, pos: int) -> Cursor:
         """A forward reader starting at ``pos``."""
         return Cursor(self, pos)
 

@@ -1,10 +1,11 @@
 """Field accessors: a field is a dict key, an attribute name, or a callable."""
 from __future__ import annotations
 
-from beam_ext.errors import BeamExtError
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
-FieldSpec = Union[str, Callable[[Any], Any]]
+from beam_ext.errors import BeamExtError
+
+FieldSpec = str | Callable[[Any], Any]
 
 
 class MissingFieldError(BeamExtError, KeyError):

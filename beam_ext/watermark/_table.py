@@ -18,13 +18,14 @@ The table is pure logic: no clock, no I/O. ``TrackerService`` wraps it.
 """
 from __future__ import annotations
 
-from beam_ext.errors import BeamExtError
 import heapq
 import json
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence, Union
+from typing import Iterable, Mapping, Sequence
 
-Substream = Union[int, bytes]
+from beam_ext.errors import BeamExtError
+
+Substream = int | bytes
 
 _MAX_TOKEN = (1 << 64) - 1
 _MIN_INT_ID = -(1 << 63)
@@ -328,7 +329,7 @@ class TrackerTable:
                 raise TableError(
                     f"process {src!r} promised a substream but is not a source (it has upstream processes)"
                 )
-        for s, proc in batch.acks:
+        for _s, proc in batch.acks:
             if proc not in hosts:
                 raise TableError(f"agent {p!r} acknowledged for {proc!r}, which it does not host")
         for s, label in batch.labels:
@@ -629,7 +630,7 @@ class TrackerTable:
         return json.dumps(doc, sort_keys=True).encode()
 
     @classmethod
-    def restore(cls, data: bytes, max_open_substreams: int | None = None) -> "TrackerTable":
+    def restore(cls, data: bytes, max_open_substreams: int | None = None) -> TrackerTable:
         """Rebuild a table from ``snapshot()``; no process is lost in it.
 
         The bound is not part of the snapshot: a table restored over a smaller

@@ -57,7 +57,7 @@ def decode_batch(m: pb.ReportBatch) -> Batch:
             (decode_substream(e.substream), e.sender or agent, e.segment, int(e.xor)) for e in m.entries
         ],
         promises=[decode_at(x) for x in m.source_promises],
-        labels=[(decode_substream(l.substream), int(l.label)) for l in m.labels],
+        labels=[(decode_substream(lab.substream), int(lab.label)) for lab in m.labels],
         acks=[decode_at(x) for x in m.host_acks],
         resync=bool(m.resync),
         retired=[decode_substream(s) for s in m.retired],

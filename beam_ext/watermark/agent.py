@@ -1,7 +1,6 @@
 """LocalAgent: a process's link to the TrackerService (local trAcker agent)."""
 from __future__ import annotations
 
-from beam_ext.errors import BeamExtError
 import logging
 import math
 import random
@@ -12,6 +11,7 @@ from typing import Callable, Sequence
 import grpc
 
 from beam_ext.clock import Clock, MonotonicClock, SystemClock
+from beam_ext.errors import BeamExtError
 from beam_ext.watermark import _tracker_pb2 as pb
 from beam_ext.watermark._table import Substream, check_substream, check_token, order_key
 from beam_ext.watermark._transport import (
@@ -219,7 +219,8 @@ class LocalAgent:
             raise ValueError(f"at={at!r} is not a process hosted by agent {self.process_id!r}")
         return at
 
-    def sent(self, substream: Substream, token: int, to: str, label: int | None = None, *, at: str | None = None) -> None:
+    def sent(self, substream: Substream, token: int, to: str, label: int | None = None, *,
+             at: str | None = None) -> None:
         """SND: an element of ``substream`` with ``token`` leaves for process ``to``."""
         check_substream(substream)
         check_token(token)
@@ -245,7 +246,7 @@ class LocalAgent:
             self._mark_dirty()
         self._after_report()
 
-    def for_process(self, process: str) -> "HostedAgent":
+    def for_process(self, process: str) -> HostedAgent:
         """A view with the single-process API for one hosted process."""
         return HostedAgent(self, self._at(process))
 
@@ -441,7 +442,8 @@ class LocalAgent:
                         pb.XorEntry(substream=encode_substream(s), sender=sender, segment=seg, xor=x)
                     )
             batch.source_promises.extend(encode_at(src, s) for s, src in self._cum_promises)
-            batch.labels.extend(pb.Label(substream=encode_substream(s), label=l) for s, l in self._cum_labels.items())
+            batch.labels.extend(pb.Label(substream=encode_substream(s), label=lab)
+                                for s, lab in self._cum_labels.items())
             batch.host_acks.extend(encode_at(p, s) for p, s in self._delivered if s not in self._retired)
             batch.retired.extend(encode_substream(s) for s in sorted(self._retired, key=order_key))
         ack = self._send_batch(batch)
@@ -514,7 +516,7 @@ class LocalAgent:
             self._flusher.join(timeout=10)
         self._channel.close()
 
-    def __enter__(self) -> "LocalAgent":
+    def __enter__(self) -> LocalAgent:
         return self
 
     def __exit__(self, *exc: object) -> None:

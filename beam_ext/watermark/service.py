@@ -146,7 +146,7 @@ class TrackerService:
         self._address: str | None = None
 
     # -- lifecycle -------------------------------------------------------------
-    def start(self) -> "TrackerService":
+    def start(self) -> TrackerService:
         """Start serving in a background thread; returns ``self``."""
         if self._loop is not None:
             raise RuntimeError("TrackerService already started")
@@ -210,7 +210,7 @@ class TrackerService:
             loop.close()
             self._loop = None
 
-    def __enter__(self) -> "TrackerService":
+    def __enter__(self) -> TrackerService:
         return self.start() if self._loop is None else self
 
     def __exit__(self, *exc: object) -> None:
@@ -273,7 +273,8 @@ class TrackerService:
         self._lost = set(lost)
         for p in fresh:
             with self._lock:
-                blocked = [s for s in self._table.open_substreams() if p in self._table.waiting_on(s).get("segments_in_flight", [])]
+                blocked = [s for s in self._table.open_substreams()
+                           if p in self._table.waiting_on(s).get("segments_in_flight", [])]
             _log.warning(
                 "tracker: process %r stopped reporting: silent for %.1f s (heartbeat timeout %.1f s); "
                 "%d open substream(s) have elements in flight to it",

@@ -248,7 +248,8 @@ def simulate(
                     agents[p] = ex.for_process(p)
         else:
             for p in graph:
-                agents[p] = LocalAgent(svc.address, p, _TOKEN, flush_interval=interval, time_slack=time_slack, clock=clock)
+                agents[p] = LocalAgent(svc.address, p, _TOKEN, flush_interval=interval,
+                                       time_slack=time_slack, clock=clock)
                 owners.append(agents[p])
         for p in targets:
             agents[p].on_end_of_substream(lambda s, p=p: record_end(p, s))

@@ -16,6 +16,15 @@ into batches, reshuffling, windows and timestamps, state and timers,
 transforms FnApiRunnerTest and the ``it_validatesrunner`` tests already cover.
 """
 from apache_beam.transforms.util_test import (  # noqa: F401
-    BatchElementsTest, GroupByEncryptedKeyTest, GroupIntoBatchesTest, IdentityWindowTest,
-    LogElementsTest, ReifyTest, ReshuffleTest, SortAndBatchElementsDoFnDirectTest,
-    SortAndBatchElementsTest, TeeTest, WaitOnTest)
+    BatchElementsTest,
+    GroupByEncryptedKeyTest,
+    GroupIntoBatchesTest,
+    IdentityWindowTest,
+    LogElementsTest,
+    ReifyTest,
+    ReshuffleTest,
+    SortAndBatchElementsDoFnDirectTest,
+    SortAndBatchElementsTest,
+    TeeTest,
+    WaitOnTest,
+)

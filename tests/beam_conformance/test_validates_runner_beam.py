@@ -7,16 +7,20 @@ conftest keeps the ones marked ``it_validatesrunner`` and points
 """
 import pytest
 from apache_beam.metrics.metric_test import MetricsTest  # noqa: F401
-from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.pipeline_test import DoFnTest, PipelineTest  # noqa: F401
+from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.transforms.combinefn_lifecycle_test import CombineFnLifecycleTest  # noqa: F401
 from apache_beam.transforms.combiners_test import (  # noqa: F401
-    CombineGloballyTest, CombineTest, CombineValuesTest, CombinerWithSideInputs,
-    LatestTest, TimestampCombinerTest)
+    CombineGloballyTest,
+    CombinerWithSideInputs,
+    CombineTest,
+    CombineValuesTest,
+    LatestTest,
+    TimestampCombinerTest,
+)
 from apache_beam.transforms.deduplicate_test import DeduplicateTest  # noqa: F401
 from apache_beam.transforms.dofn_lifecycle_test import DoFnLifecycleTest  # noqa: F401
-from apache_beam.transforms.ptransform_test import (  # noqa: F401
-    DeadLettersTest, PTransformTest, TestGroupBy)
+from apache_beam.transforms.ptransform_test import DeadLettersTest, PTransformTest, TestGroupBy  # noqa: F401
 from apache_beam.transforms.sideinputs_test import SideInputsTest  # noqa: F401
 
 

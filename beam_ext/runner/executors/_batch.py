@@ -18,15 +18,13 @@ from apache_beam.coders.coder_impl import create_InputStream, create_OutputStrea
 from apache_beam.metrics import monitoring_infos
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
-from apache_beam.runners.portability.fn_api_runner.translations import (
-    IMPULSE_BUFFER, split_buffer_id)
+from apache_beam.runners.portability.fn_api_runner.translations import IMPULSE_BUFFER, split_buffer_id
 
 from beam_ext.runner import native
 from beam_ext.runner._errors import translate_spark_error
-from beam_ext.runner.planning import Plan, PlannedStage
-from beam_ext.runner._shuffle import (
-    Buckets, ElementSplitter, GroupReader, identity_partition, unpack)
+from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, identity_partition, unpack
 from beam_ext.runner.executors._side_inputs import side_input_state
+from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -211,7 +209,6 @@ class BatchExecutor:
 
     def _run_native(self, stage: PlannedStage) -> None:
         from pyspark import StorageLevel
-        from pyspark.accumulators import AccumulatorParam
 
         spec = stage.native
         fn = native.lookup_native(spec.urn)

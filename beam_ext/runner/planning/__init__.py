@@ -10,10 +10,8 @@ from __future__ import annotations
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
-from beam_ext.runner.planning._phases import (
-    RUNNER_URNS, check_supported, optimize_phases, substitute_natives)
-from beam_ext.runner.planning._stages import (
-    GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner)
+from beam_ext.runner.planning._phases import RUNNER_URNS, check_supported, optimize_phases, substitute_natives
+from beam_ext.runner.planning._stages import GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner
 from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource
 
 __all__ = ["GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",

@@ -8,22 +8,20 @@ streaming next) run the same plan.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 from apache_beam.coders import WindowedValueCoder
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2, endpoints_pb2
-from apache_beam.runners.portability.fn_api_runner import translations
-from apache_beam.runners.portability.fn_api_runner.translations import (
-    Stage, TransformContext, split_buffer_id)
 from apache_beam.runners import pipeline_context
+from apache_beam.runners.portability.fn_api_runner import translations
+from apache_beam.runners.portability.fn_api_runner.translations import Stage, TransformContext, split_buffer_id
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
 from beam_ext.runner._shuffle import ShuffleWriter
 from beam_ext.runner.planning._phases import SDF_PROCESS_URN
 from beam_ext.runner.worker import StageSpec
-
 
 
 @dataclasses.dataclass
@@ -62,8 +60,8 @@ class PlannedStage:
     inputs: list[bytes]  # buffer ids, by input index
     outputs: list[bytes]  # buffer ids, by output index
     input_coders: list[WindowedValueCoder]
-    spec: Optional[StageSpec] = None  # None for a native stage
-    native: Optional[NativeSpec] = None
+    spec: StageSpec | None = None  # None for a native stage
+    native: NativeSpec | None = None
     side_inputs: list[SideInputSpec] = dataclasses.field(default_factory=list)
     steps: tuple[str, ...] = ()  # the user's top-level steps fused here, for errors
     keyed: bool = False  # stateful: partition input by key first

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.pipeline import PTransformOverride
-from apache_beam.testing.test_stream import (
-    ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent)
+from apache_beam.testing.test_stream import ElementEvent, ProcessingTimeEvent, TestStream, WatermarkEvent
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from beam_ext.runner.state._memory import MemoryState, SideInputsFirst
+from beam_ext.runner.state._memory import MemoryState
 
 __all__ = ["MemoryState", "SpillBagStateServicer", "task_state"]
 

@@ -15,7 +15,6 @@ only at the end of input until the executor passes processing time.
 """
 from __future__ import annotations
 
-from beam_ext.errors import BeamExtError
 import dataclasses
 import itertools
 import logging
@@ -29,6 +28,7 @@ from apache_beam.runners.worker import bundle_processor, data_plane, sdk_worker
 from apache_beam.runners.worker.statecache import StateCache
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
+from beam_ext.errors import BeamExtError
 from beam_ext.runner._shuffle import Buckets, ShuffleWriter
 from beam_ext.runner.state import task_state
 

@@ -40,11 +40,11 @@ class Column:
         self._shared: dict[Callable[[Column], Any], Any] = {}
 
     @classmethod
-    def every_event(cls, keys: np.ndarray) -> "Column":
+    def every_event(cls, keys: np.ndarray) -> Column:
         """The column of a field-less aggregation (``agg.count()``): every row is a value."""
         return cls(np.zeros(len(keys), dtype=np.int64), keys)
 
-    def shared(self, build: Callable[["Column"], _T]) -> _T:
+    def shared(self, build: Callable[[Column], _T]) -> _T:
         """``build(self)``, computed once per column: kinds over one field share it.
 
         O(1) after the first call; the first costs what ``build`` costs.

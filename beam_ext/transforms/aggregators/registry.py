@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, Optional
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class Kind:
     name: str
     factory: Callable[[], Aggregator]
     numeric: bool
-    vectorised: Optional[Vectorised]
+    vectorised: Vectorised | None
     field_optional: bool = False
 
     def __post_init__(self) -> None:

@@ -79,7 +79,7 @@ class _LatePaneTransform(beam.PTransform):
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         return self._split(pcoll)[0]
 
-    def with_dead_letters(self) -> "_WithDeadLetters":
+    def with_dead_letters(self) -> _WithDeadLetters:
         """This transform, returning ``(panes, dead_letters)`` instead of ``panes``."""
         return _WithDeadLetters(self)
 

@@ -14,7 +14,7 @@ Two kinds of late trigger:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Union, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 __all__ = ["CleanupPolicy", "ScheduledLateTrigger", "EveryNLateEvents", "AfterLateDelay",
            "FixedLateness", "LateTrigger", "Cleanup"]
@@ -83,8 +83,8 @@ class FixedLateness:
         return self.seconds
 
 
-LateTrigger = Union[ScheduledLateTrigger, EveryNLateEvents, AfterLateDelay]
-Cleanup = Union[float, CleanupPolicy]
+LateTrigger = ScheduledLateTrigger | EveryNLateEvents | AfterLateDelay
+Cleanup = float | CleanupPolicy
 
 
 def as_cleanup(cleanup: Cleanup) -> CleanupPolicy:

@@ -36,7 +36,7 @@ class SubstreamStats:
 
     @classmethod
     def of(cls, index: int, gen: np.ndarray, arrival: np.ndarray,
-           values: np.ndarray) -> "SubstreamStats":
+           values: np.ndarray) -> SubstreamStats:
         """Statistics of the events of sub-stream ``index`` (any order).
 
         The mean of consecutive generation gaps telescopes to
@@ -75,7 +75,7 @@ class HistoryView:
     delays: np.ndarray
 
     @classmethod
-    def of(cls, history: list[SubstreamStats], f: float) -> "HistoryView | None":
+    def of(cls, history: list[SubstreamStats], f: float) -> HistoryView | None:
         with_events = [s for s in history if s.count > 0]
         if not with_events:
             return None

@@ -2,7 +2,7 @@
 panes come out as soon as the injected clock passes their emission time."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +38,7 @@ class OnlineSampler:
         self._val: list[float] = []
         self._released: set[tuple[float, bool]] = set()
 
-    def add(self, event_time: float, value: float, arrival_time: Optional[float] = None) -> None:
+    def add(self, event_time: float, value: float, arrival_time: float | None = None) -> None:
         """Ingest one event; its arrival time defaults to ``clock.now()``."""
         now = self._clock.now()
         arrival = now if arrival_time is None else float(arrival_time)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator
 
 import apache_beam as beam
 import numpy as np
@@ -48,15 +48,15 @@ class ApproximateWindowAggregate(beam.PTransform):
 
     def __init__(
         self,
-        window: Union[float, beam_window.FixedWindows],
-        value: Optional[FieldSpec] = None,
+        window: float | beam_window.FixedWindows,
+        value: FieldSpec | None = None,
         aggregate: str = "mean",
         error: float = 0.05,
         confidence: float = 0.95,
         substream: float = 0.6,
         history: int = 20,
-        key: Optional[FieldSpec] = None,
-        event_time: Optional[FieldSpec] = None,
+        key: FieldSpec | None = None,
+        event_time: FieldSpec | None = None,
         arrival_time: FieldSpec = "arr_ts",
         corrections: bool = False,
         seed: int = 0,

@@ -12,7 +12,7 @@ not depend on the window size, nor does memory beyond the reservoir's chunks.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 from beam_ext.state.reservoir import EventReservoir
 from beam_ext.transforms.sliding._plan import COUNT_ALL, _Plan
@@ -30,7 +30,7 @@ class _SlidingEngine:
     ``query(t)`` answers for an older time by scanning (the out-of-order path).
     """
 
-    def __init__(self, plan: _Plan, reservoir: Optional[EventReservoir] = None,
+    def __init__(self, plan: _Plan, reservoir: EventReservoir | None = None,
                  retain: float = 0.0, truncate: bool = True) -> None:
         self._plan = plan
         self._r = reservoir if reservoir is not None else EventReservoir(plan.kinds, chunk_size=1024)
@@ -63,7 +63,7 @@ class _SlidingEngine:
         del state["_adds"], state["_removes"], state["_plan"]
         return state
 
-    def attach(self, plan: _Plan) -> "_SlidingEngine":
+    def attach(self, plan: _Plan) -> _SlidingEngine:
         """Re-attach the plan after unpickling; returns self."""
         self._plan = plan
         n = len(plan.offsets)
@@ -88,7 +88,7 @@ class _SlidingEngine:
                 self._cursors[e].shift(1)
         for w in range(len(plan.windows)):
             if clock - plan.offsets[plan.tail[w]] < ts <= clock - plan.offsets[plan.head[w]]:
-                for a, (_, spec, col) in enumerate(plan.aggs):
+                for a, (_, _spec, col) in enumerate(plan.aggs):
                     agg = self._aggs[w][a]
                     if agg.fifo_only:
                         self._rebuild(w, a)
@@ -185,7 +185,7 @@ class _SlidingEngine:
 
 
 def compute_sorted(plan: _Plan, times: list[float], events: list[Any],
-                   reservoir: Optional[EventReservoir] = None) -> list[dict[str, Any]]:
+                   reservoir: EventReservoir | None = None) -> list[dict[str, Any]]:
     """Batch semantics for one key: features of every event, all events known.
 
     ``times``/``events`` are sorted by time. Events with equal timestamps are

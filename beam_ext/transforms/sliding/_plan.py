@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from beam_ext.transforms._fields import FieldSpec, field_getter
-from beam_ext.transforms.sliding.agg import AggSpec
 from beam_ext.transforms.aggregators.registry import KINDS
+from beam_ext.transforms.sliding.agg import AggSpec
 
 COUNT_ALL = -1  # column index of agg.count(): every event counts
 NATIVE_URN = "beam_ext:sliding_aggregate:v1"
@@ -45,9 +45,9 @@ class _Plan:
     at the same offset share it (and, in the engine, its iterator).
     """
 
-    def __init__(self, key: FieldSpec, timestamp: Optional[FieldSpec],
+    def __init__(self, key: FieldSpec, timestamp: FieldSpec | None,
                  windows: Mapping[str, SlidingWindow], aggregations: Mapping[str, AggSpec],
-                 where: Optional[Callable[[Any], bool]]) -> None:
+                 where: Callable[[Any], bool] | None) -> None:
         if not isinstance(windows, Mapping) or not windows:
             raise ValueError(f"windows: give a non-empty dict of name -> SlidingWindow, got {windows!r}")
         if not isinstance(aggregations, Mapping) or not aggregations:
@@ -133,7 +133,8 @@ class _Plan:
         try:
             t = float(t)
         except (TypeError, ValueError):
-            raise ValueError(f"timestamp: expected seconds as a number, got {t!r:.100} in event {event!r:.500}") from None
+            raise ValueError(f"timestamp: expected seconds as a number, got {t!r:.100} "
+                             f"in event {event!r:.500}") from None
         if not math.isfinite(t):
             raise ValueError(f"timestamp: expected a finite number of seconds, got {t!r} in event {event!r:.500}")
         return t

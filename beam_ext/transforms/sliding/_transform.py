@@ -6,7 +6,7 @@ per key. See ``docs/sliding.md``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping
 
 import apache_beam as beam
 from apache_beam.coders import CloudpickleCoder
@@ -22,6 +22,7 @@ from beam_ext.transforms._native import native_annotations
 from beam_ext.transforms.sliding._engine import _SlidingEngine, compute_sorted
 from beam_ext.transforms.sliding._plan import NATIVE_URN, SlidingWindow, _Plan
 from beam_ext.transforms.sliding.agg import AggSpec
+
 METRICS_NAMESPACE = "beam_ext.sliding"
 _LATE_POLICIES = ("drop", "rewrite")
 # Streaming state is pickled per event, so its chunks stay small.
@@ -67,10 +68,10 @@ class SlidingAggregate(beam.PTransform):
     """
 
     def __init__(self, *, key: FieldSpec, windows: Mapping[str, SlidingWindow],
-                 aggregations: Mapping[str, AggSpec], timestamp: Optional[FieldSpec] = None,
-                 where: Optional[Callable[[Any], bool]] = None, allowed_disorder: float = 0.0,
+                 aggregations: Mapping[str, AggSpec], timestamp: FieldSpec | None = None,
+                 where: Callable[[Any], bool] | None = None, allowed_disorder: float = 0.0,
                  late_policy: str = "drop", deterministic: bool = False,
-                 streaming: Optional[bool] = None, label: Optional[str] = None) -> None:
+                 streaming: bool | None = None, label: str | None = None) -> None:
         super().__init__(label)
         self._plan = _Plan(key, timestamp, windows, aggregations, where)
         if (isinstance(allowed_disorder, bool) or not isinstance(allowed_disorder, (int, float))

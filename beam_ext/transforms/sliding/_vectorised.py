@@ -28,10 +28,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from beam_ext.transforms.sliding._plan import COUNT_ALL, _Plan
-from beam_ext.transforms.sliding.agg import AggSpec
 from beam_ext.transforms.aggregators._columnar import Column
 from beam_ext.transforms.aggregators.registry import Vectorised
+from beam_ext.transforms.sliding._plan import COUNT_ALL, _Plan
+from beam_ext.transforms.sliding.agg import AggSpec
 
 
 def _codes(values: Iterable[Any]) -> np.ndarray:

@@ -10,7 +10,7 @@ AggSpec(kind='sum', field='amount')
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from beam_ext.transforms._fields import FieldSpec
 from beam_ext.transforms.aggregators import Aggregator
@@ -26,8 +26,8 @@ class AggSpec:
     """
 
     kind: str
-    field: Optional[FieldSpec] = None
-    factory: Optional[Callable[[], Aggregator]] = dataclasses.field(default=None, repr=False)
+    field: FieldSpec | None = None
+    factory: Callable[[], Aggregator] | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind == CUSTOM:
@@ -47,7 +47,7 @@ class AggSpec:
         return self.kind != CUSTOM and lookup(self.kind).numeric
 
     @property
-    def vectorised(self) -> Optional[Vectorised]:
+    def vectorised(self) -> Vectorised | None:
         """The numpy form over whole batches; None for ``agg.custom`` and kinds without one."""
         return None if self.kind == CUSTOM else lookup(self.kind).vectorised
 
@@ -60,7 +60,7 @@ class AggSpec:
         return f"agg.{self.kind}({f!r})" if self.field is not None else f"agg.{self.kind}()"
 
 
-def count(field: Optional[FieldSpec] = None) -> AggSpec:
+def count(field: FieldSpec | None = None) -> AggSpec:
     """Number of events in the window; with ``field``, of events whose field is not null/NaN.
 
     >>> count()
