@@ -395,12 +395,9 @@ class LocalAgent:
                     return
                 batch = self._unacked[0]
                 batch.incarnation = self._incarnation
-            ack = self._send_batch(batch)
-            if isinstance(ack, ConnectionError):
-                if raise_errors:
-                    raise ack from None
+            ack = self._send_batch(batch, raise_errors)
+            if ack is None:
                 return
-            self.messages_sent += 1
             self._last_contact = self._intervals.now()
             if ack.resync_required:
                 self._resync(raise_errors)
@@ -410,19 +407,24 @@ class LocalAgent:
                     self._unacked.pop(0)
                 self._forget(ack.retired)
 
-    def _send_batch(self, batch: pb.ReportBatch):
-        """Sends one batch: the service's ack, or the ConnectionError to retry on.
+    def _send_batch(self, batch: pb.ReportBatch, raise_errors: bool):
+        """Sends one batch and returns the service's ack, or None to retry later.
 
-        Any other error fails the agent (recorded, then raised).
+        An unreachable service raises ConnectionError only if ``raise_errors``;
+        any other error fails the agent (recorded, then raised).
         """
         try:
-            return self._stubs["Report"](batch, metadata=self._metadata, timeout=10.0)
+            ack = self._stubs["Report"](batch, metadata=self._metadata, timeout=10.0)
         except grpc.RpcError as exc:
             err = self._translate(exc)
-        if not isinstance(err, ConnectionError):
-            self._fail(err)
-            raise err from None
-        return err
+            if not isinstance(err, ConnectionError):
+                self._fail(err)
+                raise err from None
+            if raise_errors:
+                raise err from None
+            return None
+        self.messages_sent += 1
+        return ack
 
     def _forget(self, retired) -> None:
         for m in retired:
@@ -446,12 +448,9 @@ class LocalAgent:
                                 for s, lab in self._cum_labels.items())
             batch.host_acks.extend(encode_at(p, s) for p, s in self._delivered if s not in self._retired)
             batch.retired.extend(encode_substream(s) for s in sorted(self._retired, key=order_key))
-        ack = self._send_batch(batch)
-        if isinstance(ack, ConnectionError):
-            if raise_errors:
-                raise ack from None
+        ack = self._send_batch(batch, raise_errors)
+        if ack is None:
             return
-        self.messages_sent += 1
         with self._cond:
             self._incarnation = ack.incarnation
             # The resync holds every batch cut so far.
