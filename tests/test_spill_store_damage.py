@@ -301,3 +301,46 @@ def test_read_only_parent_is_a_spill_store_error(tmp_path):
     finally:
         parent.chmod(0o755)
     assert str(parent / "store") in str(info.value)
+
+
+# ------------------------------------------------------ failures while reading
+
+
+_READ_AFTER_BLOCK_VANISHED = textwrap.dedent("""
+    import subprocess, sys
+    from beam_ext.state import SpillStore, SpillStoreError
+    path, remover = sys.argv[1], sys.argv[2]
+    store = SpillStore(path)  # the index lists the block
+    subprocess.run([sys.executable, "-c", remover, path], check=True)
+    try:
+        list(store.window(b"k", (0.0, 20.0)).iter())
+    except SpillStoreError as e:
+        print("SpillStoreError:", e)
+    else:
+        print("read")
+""")
+
+_REMOVE_EVERY_KEY = textwrap.dedent("""
+    import sys, lmdb
+    env = lmdb.open(sys.argv[1], max_dbs=0)
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(), delete=False)  # empty the main database
+    env.close()
+""")
+
+
+def test_read_that_fails_in_the_io_thread_raises_instead_of_waiting_forever(tmp_path):
+    # A block the index listed at open is gone when read (another writer, or a
+    # damaged branch page that leads the lookup astray): the I/O thread fails
+    # and the waiting reader must see that failure.
+    path = str(tmp_path / "store")
+    _store_with_one_block(path)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _READ_AFTER_BLOCK_VANISHED, path, _REMOVE_EVERY_KEY],
+            capture_output=True, text=True, timeout=20, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading a block that vanished waited forever")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout.strip()
+    assert out.startswith("SpillStoreError:") and path in out and "lost block 0" in out, out
