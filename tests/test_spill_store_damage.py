@@ -344,3 +344,49 @@ def test_read_that_fails_in_the_io_thread_raises_instead_of_waiting_forever(tmp_
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout.strip()
     assert out.startswith("SpillStoreError:") and path in out and "lost block 0" in out, out
+
+
+# -------------------------------------------------------- damaged tree pages
+
+
+def _fill_two_levels(path: str) -> None:
+    """A store whose small blocks sit in leaf pages under one branch page."""
+    with SpillStore(path, block_bytes=100) as store:
+        for i in range(300):
+            w = store.window(b"key-%04d" % i, _WINDOW)
+            w.add([b"%06d" % (i * 10 + j) for j in range(20)])
+            w.destage()
+
+
+def _redirect_branch_child(path: str, child: int | str) -> None:
+    """Point the middle child of the main tree's root branch page at page ``child``.
+
+    ``child`` may be ``"sibling"``: the root's first child, a leaf page then
+    reached twice.
+    """
+    data = os.path.join(path, "data.mdb")
+    meta = _lmdb_file.read_meta(data)
+    assert meta.main.depth == 2, meta
+    root = meta.main.root * meta.page_size
+    with open(data, "r+b") as f:
+        f.seek(root)
+        page = f.read(meta.page_size)
+        lower = int.from_bytes(page[12:14], sys.byteorder)
+        ptrs = [int.from_bytes(page[p:p + 2], sys.byteorder) for p in range(16, lower, 2)]
+        if child == "sibling":
+            child = int.from_bytes(page[ptrs[0]:ptrs[0] + 4], sys.byteorder)
+        f.seek(root + ptrs[len(ptrs) // 2])
+        f.write(int(child).to_bytes(4, sys.byteorder))  # low 32 bits of the page number
+
+
+@pytest.mark.parametrize("child", [0, "root", "sibling"])
+def test_branch_page_pointing_at_the_wrong_page_is_an_error_not_an_abort(tmp_path, child):
+    # A meta page or the branch itself as a child makes LMDB abort the process
+    # on an assertion; a leaf reached twice lists its blocks twice.
+    path = str(tmp_path / "store")
+    _fill_two_levels(path)
+    if child == "root":
+        child = _lmdb_file.read_meta(os.path.join(path, "data.mdb")).main.root
+    _redirect_branch_child(path, child)
+    out = _open_and_read_in_subprocess(path)
+    assert out.startswith("SpillStoreError:") and path in out and "damaged" in out, out

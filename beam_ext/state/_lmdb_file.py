@@ -14,13 +14,16 @@ last page in use.
 
 The last page in use does not bound the file from below: a page allocated
 and freed again in one transaction is never written, so a valid file may end
-before it. Only when the file is that short are the trees walked, to find
-whether a page they use is missing. Named databases and duplicate keys,
-which the spill store does not use, are not followed.
+before it. So the trees are walked, to find whether a page they use is
+missing. The walk also refuses tree pages LMDB would trust blindly: a
+branch pointing at a meta page, at itself or at a page already reached
+makes LMDB abort the process on an assertion, or list a leaf's entries
+twice. Named databases and duplicate keys, which the spill store does not
+use, are not followed.
 
 Example::
 
-    check_data_file("/tmp/state/data.mdb")   # ValueError if truncated or not LMDB
+    check_data_file("/tmp/state/data.mdb")   # ValueError if truncated, damaged or not LMDB
 """
 from __future__ import annotations
 
@@ -111,11 +114,11 @@ def _unpack_meta(path: str, f, offset: int, size: int) -> tuple:
 
 
 def check_data_file(path: str) -> None:
-    """Raise ValueError unless every page of the last commit lies inside the file.
+    """Raise ValueError unless the trees of the last commit are whole and inside the file.
 
-    A missing or empty file passes (LMDB starts a new environment). O(1)
-    when the file reaches the last page in use; otherwise O(pages of the
-    trees) reads.
+    A missing or empty file passes (LMDB starts a new environment).
+    O(branch and leaf pages + overflow runs) reads, the order of listing
+    every key once.
     """
     try:
         size = os.path.getsize(path)
@@ -123,10 +126,7 @@ def check_data_file(path: str) -> None:
         return
     if size == 0:
         return
-    meta = read_meta(path)
-    if size >= (meta.last_page + 1) * meta.page_size:
-        return
-    _walk(path, meta, size)
+    _walk(path, read_meta(path), size)
 
 
 def count_pages(path: str) -> dict[str, PageCount]:
@@ -162,6 +162,9 @@ def _visit(pages: _Pages, pgno: int, levels: int, stack: list, count: PageCount)
     own, _, flags, lower, _ = _PAGE.unpack_from(page)
     if own != pgno or not flags & (_P_BRANCH | _P_LEAF):
         raise pages.damaged(pgno, f"not a tree page (header says page {own}, flags {flags:#x})")
+    if bool(flags & _P_BRANCH) != (levels > 1):  # every leaf is at the tree's depth
+        raise pages.damaged(pgno, f"a {'branch' if flags & _P_BRANCH else 'leaf'} page "
+                                  f"{levels} levels above the leaves")
     n = (lower - _PAGE.size) // 2
     nodes = [(*_NODE.unpack_from(page, p), p)
              for p in struct.unpack_from(f"@{max(n, 0)}H", page, _PAGE.size)]
