@@ -390,3 +390,62 @@ def test_branch_page_pointing_at_the_wrong_page_is_an_error_not_an_abort(tmp_pat
     _redirect_branch_child(path, child)
     out = _open_and_read_in_subprocess(path)
     assert out.startswith("SpillStoreError:") and path in out and "damaged" in out, out
+
+
+_WRITE_AND_REREAD = textwrap.dedent("""
+    import sys
+    from beam_ext.state import SpillStore, SpillStoreError
+    try:
+        with SpillStore(sys.argv[1], block_bytes=100) as store:
+            for i in range(30):
+                w = store.window(b"new-%d" % i, (0.0, 20.0))
+                w.add([bytes(60)] * 20)
+                w.destage()
+            for k, w in store.windows()[:100]:
+                store.window(k, w).purge()
+        with SpillStore(sys.argv[1]) as store:
+            n = sum(len(list(store.window(k, w).iter())) for k, w in store.windows())
+    except SpillStoreError as e:
+        print("SpillStoreError:", e)
+    else:
+        print("read", n)
+""")
+
+
+def _damage_free_list(path: str, damage: str) -> None:
+    """Change the first record of the free list: its transaction id, or the pages it lists."""
+    data = os.path.join(path, "data.mdb")
+    meta = _lmdb_file.read_meta(data)
+    assert meta.free.depth == 1 and meta.free.entries > 0, meta.free
+    word = _lmdb_file._PGNO
+    leaf = meta.free.root * meta.page_size
+    with open(data, "r+b") as f:
+        f.seek(leaf)
+        page = f.read(meta.page_size)
+        node = int.from_bytes(page[16:18], sys.byteorder)
+        key_at = leaf + node + _lmdb_file._NODE.size  # the key: the freeing transaction's id
+        if damage == "transaction after the last":
+            f.seek(key_at)
+            f.write(word.pack(meta.txnid + 1000))
+        else:  # the list becomes that one page
+            f.seek(key_at + word.size)
+            f.write(word.pack(1))
+            f.write(word.pack(meta.main.root if damage == "page in use" else meta.last_page + 50))
+
+
+@pytest.mark.parametrize("damage", ["transaction after the last", "page in use", "page past the end"])
+def test_damaged_free_list_is_refused_at_open_before_a_write_trusts_it(tmp_path, damage):
+    # Writers take pages from the free list: a record listing a page in use
+    # makes LMDB overwrite live data, one after the last transaction makes
+    # it abort the process on an assertion.
+    path = str(tmp_path / "store")
+    _fill_two_levels(path)
+    with SpillStore(path) as store:  # purges put pages on the free list
+        for k, w in store.windows()[:150]:
+            store.window(k, w).purge()
+    _damage_free_list(path, damage)
+    proc = subprocess.run([sys.executable, "-c", _WRITE_AND_REREAD, path],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, f"crashed (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    out = proc.stdout.strip()
+    assert out.startswith("SpillStoreError: cannot open") and path in out and "free list" in out, out
