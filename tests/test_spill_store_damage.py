@@ -449,3 +449,21 @@ def test_damaged_free_list_is_refused_at_open_before_a_write_trusts_it(tmp_path,
     assert proc.returncode == 0, f"crashed (exit {proc.returncode}): {proc.stderr[-2000:]}"
     out = proc.stdout.strip()
     assert out.startswith("SpillStoreError: cannot open") and path in out and "free list" in out, out
+
+
+def test_value_larger_than_its_overflow_pages_is_an_error_not_sigbus(tmp_path):
+    # LMDB copies a large value's stated size from its overflow pages; a
+    # size past the end of the file killed the process with SIGBUS.
+    path = str(tmp_path / "store")
+    _fill(path, windows=3)  # each block is larger than a page: on overflow pages
+    data = os.path.join(path, "data.mdb")
+    meta = _lmdb_file.read_meta(data)
+    assert meta.main.depth == 1 and meta.main.overflow_pages > 0, meta.main
+    leaf = meta.main.root * meta.page_size
+    with open(data, "r+b") as f:
+        f.seek(leaf + 16)
+        node = int.from_bytes(f.read(2), sys.byteorder)
+        f.seek(leaf + node)  # the node's value size
+        f.write((1 << 20).to_bytes(4, sys.byteorder))
+    out = _open_and_read_in_subprocess(path)
+    assert out.startswith("SpillStoreError:") and path in out and "damaged" in out, out
