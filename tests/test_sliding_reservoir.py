@@ -290,3 +290,17 @@ def test_chunks_without_their_index_are_an_error_naming_both(tmp_path):
         EventReservoir(["float", "object"], directory=str(tmp_path))
     assert str(tmp_path / "chunks.bin") in str(info.value)
     assert str(tmp_path / "index.bin") in str(info.value)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_disk_is_a_reservoir_error_naming_the_file_and_keeps_the_rows(tmp_path):
+    # /dev/full fails every write with ENOSPC, as a full disk does.
+    (tmp_path / "chunks.bin").symlink_to("/dev/full")
+    r = EventReservoir(["float"], directory=str(tmp_path), chunk_size=2)
+    for i in range(3):
+        r.append(float(i), (float(i),))
+    with pytest.raises(ReservoirError, match="space") as info:
+        r.seal(10.0)
+    assert str(tmp_path / "chunks.bin") in str(info.value)
+    assert [r.row(i) for i in range(3)] == [(float(i), (float(i),)) for i in range(3)]
+    assert r.sealed_end == 0

@@ -308,16 +308,30 @@ class EventReservoir:
         start = self.sealed_end
         if self.directory is not None:
             off = self._file_end
-            os.pwrite(self._data_fd, blob, off)
+            self._write_chunk(blob, off)
             self._file_end += len(blob)
-            self._index_file.write(_INDEX_ENTRY.pack(off, len(blob), start, n, ts[0], ts[-1]))
-            self._index_file.flush()
+            try:
+                self._index_file.write(_INDEX_ENTRY.pack(off, len(blob), start, n, ts[0], ts[-1]))
+                self._index_file.flush()
+            except OSError as e:
+                raise ReservoirError(f"cannot write {self._index_file.name}: "
+                                     f"{e.strerror or e}") from e
             where = (off, len(blob))
         else:
             self._blobs[len(self._starts)] = blob
             where = (-1, -1)
         self._add_index(start, n, ts[0], ts[-1], where)
         del self._open_ts[:n], self._open_rows[:n]
+
+    def _write_chunk(self, blob: bytes, off: int) -> None:
+        """Write ``blob`` at ``off`` of chunks.bin whole: a full disk may take only part of it."""
+        view = memoryview(blob)
+        try:
+            while view:
+                written = os.pwrite(self._data_fd, view, off)
+                view, off = view[written:], off + written
+        except OSError as e:  # the rows stay in the open region; nothing was indexed
+            raise ReservoirError(f"cannot write {self._data_path}: {e.strerror or e}") from e
 
     def truncate(self, before: int) -> None:
         """Forget whole sealed chunks that end at or before position ``before``."""
