@@ -467,3 +467,40 @@ def test_value_larger_than_its_overflow_pages_is_an_error_not_sigbus(tmp_path):
         f.write((1 << 20).to_bytes(4, sys.byteorder))
     out = _open_and_read_in_subprocess(path)
     assert out.startswith("SpillStoreError:") and path in out and "damaged" in out, out
+
+
+# ------------------------------------------------- damage around the B-trees
+
+
+@pytest.mark.parametrize("damage", ["lock.mdb removed", "lock.mdb garbage",
+                                    "data.mdb extended with garbage", "marker removed"])
+def test_damage_that_loses_nothing_opens_with_every_value(tmp_path, damage):
+    path = str(tmp_path / "store")
+    _fill(path, windows=3)
+    if damage == "lock.mdb removed":
+        os.remove(os.path.join(path, "lock.mdb"))
+    elif damage == "lock.mdb garbage":
+        with open(os.path.join(path, "lock.mdb"), "wb") as f:
+            f.write(random.Random(1).randbytes(8192))
+    elif damage == "data.mdb extended with garbage":
+        with open(os.path.join(path, "data.mdb"), "ab") as f:
+            f.write(random.Random(2).randbytes(3 * 4096 + 17))
+    else:
+        os.remove(os.path.join(path, "committed"))
+    assert _open_and_read_in_subprocess(path) == "read 300"
+    # The marker is back: losing data.mdb now is refused.
+    assert os.path.exists(os.path.join(path, "committed"))
+
+
+@pytest.mark.parametrize("pages", [[0], [1], [0, 1]])
+def test_damaged_meta_page_is_an_error_naming_the_file(tmp_path, pages):
+    path = str(tmp_path / "store")
+    _fill(path, windows=3)
+    data = os.path.join(path, "data.mdb")
+    page_size = _lmdb_file.read_meta(data).page_size
+    with open(data, "r+b") as f:
+        for p in pages:
+            f.seek(p * page_size)
+            f.write(random.Random(p).randbytes(page_size))
+    out = _open_and_read_in_subprocess(path)
+    assert out.startswith("SpillStoreError:") and data in out, out
