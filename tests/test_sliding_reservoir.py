@@ -304,3 +304,20 @@ def test_full_disk_is_a_reservoir_error_naming_the_file_and_keeps_the_rows(tmp_p
     assert str(tmp_path / "chunks.bin") in str(info.value)
     assert [r.row(i) for i in range(3)] == [(float(i), (float(i),)) for i in range(3)]
     assert r.sealed_end == 0
+
+
+def test_index_entries_pointing_at_each_others_chunks_are_an_error(tmp_path):
+    # Both chunks decode and hold as many rows as their entries say: only
+    # their timestamps tell that positions 0-3 would read rows 4-7.
+    entries = _three_chunks(tmp_path)
+    (e0, e1) = entries[:2]
+    entries[0] = (e1[0], e1[1], *e0[2:])
+    entries[1] = (e0[0], e0[1], *e1[2:])
+    (tmp_path / "index.bin").write_bytes(b"".join(_INDEX_ENTRY.pack(*e) for e in entries))
+    r = EventReservoir(["float", "object"], directory=str(tmp_path), chunk_size=4, prefetch=False)
+    try:
+        with pytest.raises(ReservoirError, match="timestamps") as info:
+            r.row(0)
+    finally:
+        r.close()
+    assert str(tmp_path / "chunks.bin") in str(info.value) and "chunk 0" in str(info.value)

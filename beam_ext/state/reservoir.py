@@ -375,6 +375,13 @@ class EventReservoir:
         if batch.num_rows != self._counts[c]:
             raise ReservoirError(f"{self._data_path}: chunk {c} holds {batch.num_rows} rows, its "
                                  f"index entry says {self._counts[c]}")
+        ts = batch.column(0)
+        first, last = ts[0].as_py(), ts[-1].as_py()
+        if (first, last) != (self._min_ts[c], self._max_ts[c]):
+            # An entry pointing at another whole chunk decodes fine: only this tells.
+            raise ReservoirError(
+                f"{self._data_path}: chunk {c} holds timestamps {first}..{last}, its index entry "
+                f"says {self._min_ts[c]}..{self._max_ts[c]}")
         return batch
 
     def _plain_loads(self, c: int) -> Callable[[bytes], Any]:
