@@ -344,6 +344,7 @@ def test_read_that_fails_in_the_io_thread_raises_instead_of_waiting_forever(tmp_
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout.strip()
     assert out.startswith("SpillStoreError:") and path in out and "lost block 0" in out, out
+    assert "(0.0, 20.0)" in out and "b'k'" in out, out
 
 
 # -------------------------------------------------------- damaged tree pages
@@ -504,3 +505,19 @@ def test_damaged_meta_page_is_an_error_naming_the_file(tmp_path, pages):
             f.write(random.Random(p).randbytes(page_size))
     out = _open_and_read_in_subprocess(path)
     assert out.startswith("SpillStoreError:") and data in out, out
+
+
+def test_key_with_trailing_bytes_is_refused_not_read_as_a_second_copy(tmp_path):
+    # It parsed as the same block as the key it extends, so the window read
+    # its values twice.
+    path = str(tmp_path / "store")
+    key = _store_with_one_block(path)
+    env = lmdb.open(path, max_dbs=0)
+    try:
+        with env.begin(write=True) as txn:
+            txn.put(key + b"junk", txn.get(key))
+    finally:
+        env.close()
+    with pytest.raises(SpillStoreError, match="malformed key") as info:
+        SpillStore(path)
+    assert path in str(info.value)
