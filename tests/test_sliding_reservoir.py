@@ -321,3 +321,21 @@ def test_index_entries_pointing_at_each_others_chunks_are_an_error(tmp_path):
     finally:
         r.close()
     assert str(tmp_path / "chunks.bin") in str(info.value) and "chunk 0" in str(info.value)
+
+
+@pytest.mark.parametrize("ts", [[1.0, 3.0, 2.0, 4.0], [1.0, None, 3.0, 4.0]])
+def test_chunk_with_timestamps_out_of_order_or_missing_is_an_error(tmp_path, ts):
+    # Locating a time bisects a chunk's timestamps: out of order, it finds
+    # the wrong position without a word.
+    schema = pa.schema([("ts", pa.float64()), ("c0", pa.float64())])
+    blob = encode_batch(pa.record_batch(
+        [pa.array(ts, pa.float64()), pa.array([1.0, 2.0, 3.0, 4.0], pa.float64())], schema=schema))
+    (tmp_path / "chunks.bin").write_bytes(blob)
+    (tmp_path / "index.bin").write_bytes(_INDEX_ENTRY.pack(0, len(blob), 0, 4, 1.0, 4.0))
+    r = EventReservoir(["float"], directory=str(tmp_path), prefetch=False)
+    try:
+        with pytest.raises(ReservoirError, match="timestamps") as info:
+            r.locate(2.5)
+    finally:
+        r.close()
+    assert str(tmp_path / "chunks.bin") in str(info.value)

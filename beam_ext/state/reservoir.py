@@ -33,6 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from beam_ext.errors import BeamExtError
 from beam_ext.state._arrow_blocks import CorruptBlockError, decode_batch, encode_batch
@@ -376,6 +377,10 @@ class EventReservoir:
             raise ReservoirError(f"{self._data_path}: chunk {c} holds {batch.num_rows} rows, its "
                                  f"index entry says {self._counts[c]}")
         ts = batch.column(0)
+        if ts.null_count or (len(ts) > 1 and not pc.all(pc.less_equal(ts[:-1], ts[1:])).as_py()):
+            # Locating a time bisects them: out of order, it finds a wrong position.
+            raise ReservoirError(
+                f"{self._data_path}: chunk {c} holds timestamps missing or out of order")
         first, last = ts[0].as_py(), ts[-1].as_py()
         if (first, last) != (self._min_ts[c], self._max_ts[c]):
             # An entry pointing at another whole chunk decodes fine: only this tells.
