@@ -198,3 +198,144 @@ def test_disk_reservoir_takes_only_values_it_can_read_back_without_code(tmp_path
     memory.append(1.0, (Fraction(1, 3),))
     memory.seal(2.0)
     assert memory.row(0) == (1.0, (Fraction(1, 3),))
+
+
+def _three_chunks(directory) -> list[tuple]:
+    """A closed reservoir of three chunks of four rows in ``directory``; its index entries."""
+    r = EventReservoir(["float", "object"], directory=str(directory), chunk_size=4)
+    for i in range(12):
+        r.append(float(i), (float(i), f"v{i}"))
+    r.seal(100.0)
+    r.close()
+    return list(_INDEX_ENTRY.iter_unpack((directory / "index.bin").read_bytes()))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "emptied", "removed"])
+def test_chunk_file_shorter_than_its_index_is_an_error_naming_it(tmp_path, damage):
+    # Chunks the index lists but the file lost were dropped without a word.
+    entries = _three_chunks(tmp_path)
+    data = tmp_path / "chunks.bin"
+    if damage == "truncated":
+        os.truncate(data, entries[2][0] + entries[2][1] - 10)  # into the last chunk
+    elif damage == "emptied":
+        os.truncate(data, 0)
+    else:
+        data.unlink()
+    with pytest.raises(ReservoirError, match="shorter than") as info:
+        EventReservoir(["float", "object"], directory=str(tmp_path), chunk_size=4)
+    assert str(data) in str(info.value) and str(tmp_path / "index.bin") in str(info.value)
+
+
+@pytest.mark.parametrize("entry, field, value, why", [
+    (1, "start", 10, "starts at position 10"),
+    (1, "count", 0, "0 rows"),
+    (1, "count", 6, "starts at position 8"),  # the next chunk no longer follows it
+    (2, "count", 6, "holds 4 rows"),
+    (1, "lo", 50.0, "timestamps"),
+    (1, "lo", math.nan, "timestamps"),
+    (1, "off", 1 << 63, "shorter than"),
+])
+def test_index_entry_that_disagrees_with_the_chunks_is_an_error_naming_it(
+        tmp_path, entry, field, value, why):
+    entries = _three_chunks(tmp_path)
+    names = ["off", "length", "start", "count", "lo", "hi"]
+    bad = list(entries[entry])
+    bad[names.index(field)] = value
+    entries[entry] = tuple(bad)
+    index = tmp_path / "index.bin"
+    index.write_bytes(b"".join(_INDEX_ENTRY.pack(*e) for e in entries))
+    with pytest.raises(ReservoirError, match=why) as info:
+        r = EventReservoir(["float", "object"], directory=str(tmp_path), chunk_size=4,
+                           prefetch=False)
+        try:
+            [r.row(i) for i in range(len(r))]
+        finally:
+            r.close()
+    assert str(index) in str(info.value) or str(tmp_path / "chunks.bin") in str(info.value)
+
+
+def test_torn_last_index_entry_is_still_ignored(tmp_path):
+    # A process killed while appending an entry leaves a partial one: its
+    # chunk was never acknowledged, so dropping it is no loss.
+    _three_chunks(tmp_path)
+    index = tmp_path / "index.bin"
+    os.truncate(index, index.stat().st_size - 5)
+    r = EventReservoir(["float", "object"], directory=str(tmp_path), chunk_size=4)
+    assert len(r) == 8 and r.row(7) == (7.0, (7.0, "v7"))
+    r.close()
+
+
+@pytest.mark.parametrize("where", ["file at the path", "file above the path",
+                                   "directory at index.bin", "directory at chunks.bin"])
+def test_directory_that_cannot_hold_the_files_is_an_error_naming_the_path(tmp_path, where):
+    directory = tmp_path / "r"
+    if where == "file at the path":
+        directory.write_text("x")
+        culprit = directory
+    elif where == "file above the path":
+        (tmp_path / "f").write_text("x")
+        directory = culprit = tmp_path / "f" / "r"
+    else:
+        culprit = directory / where.split()[-1]
+        culprit.mkdir(parents=True)
+    with pytest.raises(ReservoirError) as info:
+        EventReservoir(["float"], directory=str(directory))
+    assert str(culprit) in str(info.value)
+
+
+def test_chunks_without_their_index_are_an_error_naming_both(tmp_path):
+    _three_chunks(tmp_path)
+    (tmp_path / "index.bin").unlink()
+    with pytest.raises(ReservoirError, match="missing") as info:
+        EventReservoir(["float", "object"], directory=str(tmp_path))
+    assert str(tmp_path / "chunks.bin") in str(info.value)
+    assert str(tmp_path / "index.bin") in str(info.value)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_full_disk_is_a_reservoir_error_naming_the_file_and_keeps_the_rows(tmp_path):
+    # /dev/full fails every write with ENOSPC, as a full disk does.
+    (tmp_path / "chunks.bin").symlink_to("/dev/full")
+    r = EventReservoir(["float"], directory=str(tmp_path), chunk_size=2)
+    for i in range(3):
+        r.append(float(i), (float(i),))
+    with pytest.raises(ReservoirError, match="space") as info:
+        r.seal(10.0)
+    assert str(tmp_path / "chunks.bin") in str(info.value)
+    assert [r.row(i) for i in range(3)] == [(float(i), (float(i),)) for i in range(3)]
+    assert r.sealed_end == 0
+
+
+def test_index_entries_pointing_at_each_others_chunks_are_an_error(tmp_path):
+    # Both chunks decode and hold as many rows as their entries say: only
+    # their timestamps tell that positions 0-3 would read rows 4-7.
+    entries = _three_chunks(tmp_path)
+    (e0, e1) = entries[:2]
+    entries[0] = (e1[0], e1[1], *e0[2:])
+    entries[1] = (e0[0], e0[1], *e1[2:])
+    (tmp_path / "index.bin").write_bytes(b"".join(_INDEX_ENTRY.pack(*e) for e in entries))
+    r = EventReservoir(["float", "object"], directory=str(tmp_path), chunk_size=4, prefetch=False)
+    try:
+        with pytest.raises(ReservoirError, match="timestamps") as info:
+            r.row(0)
+    finally:
+        r.close()
+    assert str(tmp_path / "chunks.bin") in str(info.value) and "chunk 0" in str(info.value)
+
+
+@pytest.mark.parametrize("ts", [[1.0, 3.0, 2.0, 4.0], [1.0, None, 3.0, 4.0]])
+def test_chunk_with_timestamps_out_of_order_or_missing_is_an_error(tmp_path, ts):
+    # Locating a time bisects a chunk's timestamps: out of order, it finds
+    # the wrong position without a word.
+    schema = pa.schema([("ts", pa.float64()), ("c0", pa.float64())])
+    blob = encode_batch(pa.record_batch(
+        [pa.array(ts, pa.float64()), pa.array([1.0, 2.0, 3.0, 4.0], pa.float64())], schema=schema))
+    (tmp_path / "chunks.bin").write_bytes(blob)
+    (tmp_path / "index.bin").write_bytes(_INDEX_ENTRY.pack(0, len(blob), 0, 4, 1.0, 4.0))
+    r = EventReservoir(["float"], directory=str(tmp_path), prefetch=False)
+    try:
+        with pytest.raises(ReservoirError, match="timestamps") as info:
+            r.locate(2.5)
+    finally:
+        r.close()
+    assert str(tmp_path / "chunks.bin") in str(info.value)

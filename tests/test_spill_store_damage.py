@@ -301,3 +301,223 @@ def test_read_only_parent_is_a_spill_store_error(tmp_path):
     finally:
         parent.chmod(0o755)
     assert str(parent / "store") in str(info.value)
+
+
+# ------------------------------------------------------ failures while reading
+
+
+_READ_AFTER_BLOCK_VANISHED = textwrap.dedent("""
+    import subprocess, sys
+    from beam_ext.state import SpillStore, SpillStoreError
+    path, remover = sys.argv[1], sys.argv[2]
+    store = SpillStore(path)  # the index lists the block
+    subprocess.run([sys.executable, "-c", remover, path], check=True)
+    try:
+        list(store.window(b"k", (0.0, 20.0)).iter())
+    except SpillStoreError as e:
+        print("SpillStoreError:", e)
+    else:
+        print("read")
+""")
+
+_REMOVE_EVERY_KEY = textwrap.dedent("""
+    import sys, lmdb
+    env = lmdb.open(sys.argv[1], max_dbs=0)
+    with env.begin(write=True) as txn:
+        txn.drop(env.open_db(), delete=False)  # empty the main database
+    env.close()
+""")
+
+
+def test_read_that_fails_in_the_io_thread_raises_instead_of_waiting_forever(tmp_path):
+    # A block the index listed at open is gone when read (another writer, or a
+    # damaged branch page that leads the lookup astray): the I/O thread fails
+    # and the waiting reader must see that failure.
+    path = str(tmp_path / "store")
+    _store_with_one_block(path)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _READ_AFTER_BLOCK_VANISHED, path, _REMOVE_EVERY_KEY],
+            capture_output=True, text=True, timeout=20, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading a block that vanished waited forever")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout.strip()
+    assert out.startswith("SpillStoreError:") and path in out and "lost block 0" in out, out
+    assert "(0.0, 20.0)" in out and "b'k'" in out, out
+
+
+# -------------------------------------------------------- damaged tree pages
+
+
+def _fill_two_levels(path: str) -> None:
+    """A store whose small blocks sit in leaf pages under one branch page."""
+    with SpillStore(path, block_bytes=100) as store:
+        for i in range(300):
+            w = store.window(b"key-%04d" % i, _WINDOW)
+            w.add([b"%06d" % (i * 10 + j) for j in range(20)])
+            w.destage()
+
+
+def _redirect_branch_child(path: str, child: int | str) -> None:
+    """Point the middle child of the main tree's root branch page at page ``child``.
+
+    ``child`` may be ``"sibling"``: the root's first child, a leaf page then
+    reached twice.
+    """
+    data = os.path.join(path, "data.mdb")
+    meta = _lmdb_file.read_meta(data)
+    assert meta.main.depth == 2, meta
+    root = meta.main.root * meta.page_size
+    with open(data, "r+b") as f:
+        f.seek(root)
+        page = f.read(meta.page_size)
+        lower = int.from_bytes(page[12:14], sys.byteorder)
+        ptrs = [int.from_bytes(page[p:p + 2], sys.byteorder) for p in range(16, lower, 2)]
+        if child == "sibling":
+            child = int.from_bytes(page[ptrs[0]:ptrs[0] + 4], sys.byteorder)
+        f.seek(root + ptrs[len(ptrs) // 2])
+        f.write(int(child).to_bytes(4, sys.byteorder))  # low 32 bits of the page number
+
+
+@pytest.mark.parametrize("child", [0, "root", "sibling"])
+def test_branch_page_pointing_at_the_wrong_page_is_an_error_not_an_abort(tmp_path, child):
+    # A meta page or the branch itself as a child makes LMDB abort the process
+    # on an assertion; a leaf reached twice lists its blocks twice.
+    path = str(tmp_path / "store")
+    _fill_two_levels(path)
+    if child == "root":
+        child = _lmdb_file.read_meta(os.path.join(path, "data.mdb")).main.root
+    _redirect_branch_child(path, child)
+    out = _open_and_read_in_subprocess(path)
+    assert out.startswith("SpillStoreError:") and path in out and "damaged" in out, out
+
+
+_WRITE_AND_REREAD = textwrap.dedent("""
+    import sys
+    from beam_ext.state import SpillStore, SpillStoreError
+    try:
+        with SpillStore(sys.argv[1], block_bytes=100) as store:
+            for i in range(30):
+                w = store.window(b"new-%d" % i, (0.0, 20.0))
+                w.add([bytes(60)] * 20)
+                w.destage()
+            for k, w in store.windows()[:100]:
+                store.window(k, w).purge()
+        with SpillStore(sys.argv[1]) as store:
+            n = sum(len(list(store.window(k, w).iter())) for k, w in store.windows())
+    except SpillStoreError as e:
+        print("SpillStoreError:", e)
+    else:
+        print("read", n)
+""")
+
+
+def _damage_free_list(path: str, damage: str) -> None:
+    """Change the first record of the free list: its transaction id, or the pages it lists."""
+    data = os.path.join(path, "data.mdb")
+    meta = _lmdb_file.read_meta(data)
+    assert meta.free.depth == 1 and meta.free.entries > 0, meta.free
+    word = _lmdb_file._PGNO
+    leaf = meta.free.root * meta.page_size
+    with open(data, "r+b") as f:
+        f.seek(leaf)
+        page = f.read(meta.page_size)
+        node = int.from_bytes(page[16:18], sys.byteorder)
+        key_at = leaf + node + _lmdb_file._NODE.size  # the key: the freeing transaction's id
+        if damage == "transaction after the last":
+            f.seek(key_at)
+            f.write(word.pack(meta.txnid + 1000))
+        else:  # the list becomes that one page
+            f.seek(key_at + word.size)
+            f.write(word.pack(1))
+            f.write(word.pack(meta.main.root if damage == "page in use" else meta.last_page + 50))
+
+
+@pytest.mark.parametrize("damage", ["transaction after the last", "page in use", "page past the end"])
+def test_damaged_free_list_is_refused_at_open_before_a_write_trusts_it(tmp_path, damage):
+    # Writers take pages from the free list: a record listing a page in use
+    # makes LMDB overwrite live data, one after the last transaction makes
+    # it abort the process on an assertion.
+    path = str(tmp_path / "store")
+    _fill_two_levels(path)
+    with SpillStore(path) as store:  # purges put pages on the free list
+        for k, w in store.windows()[:150]:
+            store.window(k, w).purge()
+    _damage_free_list(path, damage)
+    proc = subprocess.run([sys.executable, "-c", _WRITE_AND_REREAD, path],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, f"crashed (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    out = proc.stdout.strip()
+    assert out.startswith("SpillStoreError: cannot open") and path in out and "free list" in out, out
+
+
+def test_value_larger_than_its_overflow_pages_is_an_error_not_sigbus(tmp_path):
+    # LMDB copies a large value's stated size from its overflow pages; a
+    # size past the end of the file killed the process with SIGBUS.
+    path = str(tmp_path / "store")
+    _fill(path, windows=3)  # each block is larger than a page: on overflow pages
+    data = os.path.join(path, "data.mdb")
+    meta = _lmdb_file.read_meta(data)
+    assert meta.main.depth == 1 and meta.main.overflow_pages > 0, meta.main
+    leaf = meta.main.root * meta.page_size
+    with open(data, "r+b") as f:
+        f.seek(leaf + 16)
+        node = int.from_bytes(f.read(2), sys.byteorder)
+        f.seek(leaf + node)  # the node's value size
+        f.write((1 << 20).to_bytes(4, sys.byteorder))
+    out = _open_and_read_in_subprocess(path)
+    assert out.startswith("SpillStoreError:") and path in out and "damaged" in out, out
+
+
+# ------------------------------------------------- damage around the B-trees
+
+
+@pytest.mark.parametrize("damage", ["lock.mdb removed", "lock.mdb garbage",
+                                    "data.mdb extended with garbage", "marker removed"])
+def test_damage_that_loses_nothing_opens_with_every_value(tmp_path, damage):
+    path = str(tmp_path / "store")
+    _fill(path, windows=3)
+    if damage == "lock.mdb removed":
+        os.remove(os.path.join(path, "lock.mdb"))
+    elif damage == "lock.mdb garbage":
+        with open(os.path.join(path, "lock.mdb"), "wb") as f:
+            f.write(random.Random(1).randbytes(8192))
+    elif damage == "data.mdb extended with garbage":
+        with open(os.path.join(path, "data.mdb"), "ab") as f:
+            f.write(random.Random(2).randbytes(3 * 4096 + 17))
+    else:
+        os.remove(os.path.join(path, "committed"))
+    assert _open_and_read_in_subprocess(path) == "read 300"
+    # The marker is back: losing data.mdb now is refused.
+    assert os.path.exists(os.path.join(path, "committed"))
+
+
+@pytest.mark.parametrize("pages", [[0], [1], [0, 1]])
+def test_damaged_meta_page_is_an_error_naming_the_file(tmp_path, pages):
+    path = str(tmp_path / "store")
+    _fill(path, windows=3)
+    data = os.path.join(path, "data.mdb")
+    page_size = _lmdb_file.read_meta(data).page_size
+    with open(data, "r+b") as f:
+        for p in pages:
+            f.seek(p * page_size)
+            f.write(random.Random(p).randbytes(page_size))
+    out = _open_and_read_in_subprocess(path)
+    assert out.startswith("SpillStoreError:") and data in out, out
+
+
+def test_key_with_trailing_bytes_is_refused_not_read_as_a_second_copy(tmp_path):
+    # It parsed as the same block as the key it extends, so the window read
+    # its values twice.
+    path = str(tmp_path / "store")
+    key = _store_with_one_block(path)
+    env = lmdb.open(path, max_dbs=0)
+    try:
+        with env.begin(write=True) as txn:
+            txn.put(key + b"junk", txn.get(key))
+    finally:
+        env.close()
+    with pytest.raises(SpillStoreError, match="malformed key") as info:
+        SpillStore(path)
+    assert path in str(info.value)

@@ -14,16 +14,21 @@ last page in use.
 
 The last page in use does not bound the file from below: a page allocated
 and freed again in one transaction is never written, so a valid file may end
-before it. Only when the file is that short are the trees walked, to find
-whether a page they use is missing. Named databases and duplicate keys,
-which the spill store does not use, are not followed.
+before it. So the trees are walked, to find whether a page they use is
+missing. The walk also refuses tree pages LMDB would trust blindly: a
+branch pointing at a meta page, at itself or at a page already reached
+makes LMDB abort the process on an assertion, or list a leaf's entries
+twice. Free list records are checked too, since writers reuse the pages
+they list: a page in use listed there would be overwritten. Named databases
+and duplicate keys, which the spill store does not use, are not followed.
 
 Example::
 
-    check_data_file("/tmp/state/data.mdb")   # ValueError if truncated or not LMDB
+    check_data_file("/tmp/state/data.mdb")   # ValueError if truncated, damaged or not LMDB
 """
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from dataclasses import dataclass
@@ -111,11 +116,11 @@ def _unpack_meta(path: str, f, offset: int, size: int) -> tuple:
 
 
 def check_data_file(path: str) -> None:
-    """Raise ValueError unless every page of the last commit lies inside the file.
+    """Raise ValueError unless the trees of the last commit are whole and inside the file.
 
-    A missing or empty file passes (LMDB starts a new environment). O(1)
-    when the file reaches the last page in use; otherwise O(pages of the
-    trees) reads.
+    A missing or empty file passes (LMDB starts a new environment).
+    O(branch and leaf pages + overflow runs) reads, the order of listing
+    every key once.
     """
     try:
         size = os.path.getsize(path)
@@ -123,10 +128,7 @@ def check_data_file(path: str) -> None:
         return
     if size == 0:
         return
-    meta = read_meta(path)
-    if size >= (meta.last_page + 1) * meta.page_size:
-        return
-    _walk(path, meta, size)
+    _walk(path, read_meta(path), size)
 
 
 def count_pages(path: str) -> dict[str, PageCount]:
@@ -151,17 +153,32 @@ def _walk(path: str, meta: Meta, size: int) -> dict[str, PageCount]:
                     raise pages.damaged(pgno, "referenced twice or below the leaves")
                 seen.add(pgno)
                 try:
-                    _visit(pages, pgno, levels, stack, count)
+                    _visit(pages, pgno, levels, stack, count, db is meta.free)
                 except struct.error as e:  # offsets inside the page point outside it
                     raise pages.damaged(pgno, str(e)) from e
+    _check_free_pages_unused(pages, seen)
     return counts
 
 
-def _visit(pages: _Pages, pgno: int, levels: int, stack: list, count: PageCount) -> None:
+def _check_free_pages_unused(pages: _Pages, tree_pages: set[int]) -> None:
+    """Refuse a free list that lists a page the trees use: a writer would overwrite it."""
+    runs = sorted(pages.runs)
+    starts = [first for first, _ in runs]
+    for record_page, listed in pages.free_listed:
+        i = bisect.bisect_right(starts, listed) - 1
+        if listed in tree_pages or (i >= 0 and listed < runs[i][0] + runs[i][1]):
+            raise pages.damaged(record_page, f"the free list lists page {listed}, which is in use")
+
+
+def _visit(pages: _Pages, pgno: int, levels: int, stack: list, count: PageCount,
+           free_list: bool) -> None:
     page = pages.read(pgno, pages.page_size)
     own, _, flags, lower, _ = _PAGE.unpack_from(page)
     if own != pgno or not flags & (_P_BRANCH | _P_LEAF):
         raise pages.damaged(pgno, f"not a tree page (header says page {own}, flags {flags:#x})")
+    if bool(flags & _P_BRANCH) != (levels > 1):  # every leaf is at the tree's depth
+        raise pages.damaged(pgno, f"a {'branch' if flags & _P_BRANCH else 'leaf'} page "
+                                  f"{levels} levels above the leaves")
     n = (lower - _PAGE.size) // 2
     nodes = [(*_NODE.unpack_from(page, p), p)
              for p in struct.unpack_from(f"@{max(n, 0)}H", page, _PAGE.size)]
@@ -173,14 +190,50 @@ def _visit(pages: _Pages, pgno: int, levels: int, stack: list, count: PageCount)
         return
     count.leaf += 1
     count.entries += len(nodes)
-    for _, node_flags, key_size, p in nodes:
+    for data_size, node_flags, key_size, p in nodes:
+        at = p + _NODE.size + key_size
         if node_flags & _F_BIGDATA:
-            (first,) = _PGNO.unpack_from(page, p + _NODE.size + key_size)
+            (first,) = _PGNO.unpack_from(page, at)
             own, _, flags, run = _OVERFLOW.unpack_from(pages.read(first, _OVERFLOW.size))
             if own != first or not flags & _P_OVERFLOW or run < 1:
                 raise pages.damaged(first, "not the start of an overflow run")
             pages.require(first, run)
+            if data_size > run * pages.page_size - _PAGE.size:  # LMDB would read past the run
+                raise pages.damaged(pgno, f"a {data_size}-byte value in a {run}-page run")
             count.overflow += run
+            pages.runs.append((first, run))
+            if free_list:
+                data = os.pread(pages.fd, data_size, first * pages.page_size + _PAGE.size)
+        elif at + data_size > len(page):
+            raise pages.damaged(pgno, "a record runs past the end of its page")
+        elif free_list:
+            data = page[at:at + data_size]
+        if free_list:
+            _check_free_record(pages, pgno, page[p + _NODE.size:at], data)
+
+
+def _check_free_record(pages: _Pages, pgno: int, key: bytes, data: bytes) -> None:
+    """Refuse a free list record writers would trust: LMDB reuses the pages it lists.
+
+    The key is the id of the transaction that freed the pages; the value a
+    count and then that many page numbers, in descending order. A page in
+    use listed there gets overwritten; a transaction id after the last
+    makes LMDB abort the process on an assertion.
+    """
+    meta = pages.meta
+    txnid = _PGNO.unpack(key)[0] if len(key) == _PGNO.size else -1
+    if not 0 < txnid <= meta.txnid:
+        raise pages.damaged(pgno, f"a free list record keyed {key.hex() if txnid < 0 else txnid}, "
+                                  f"not a transaction up to {meta.txnid}")
+    (n,) = _PGNO.unpack_from(data) if len(data) >= _PGNO.size else (-1,)
+    if not 0 <= n < len(data) // _PGNO.size:
+        raise pages.damaged(pgno, f"a free list record of {len(data)} bytes claims {n} pages")
+    listed = struct.unpack_from(f"@{n}N", data, _PGNO.size)
+    if any(not 2 <= x <= meta.last_page for x in listed) or any(
+            a <= b for a, b in zip(listed, listed[1:])):
+        raise pages.damaged(pgno, "a free list record lists pages out of order or outside "
+                                  f"pages 2-{meta.last_page}")
+    pages.free_listed.extend((pgno, x) for x in listed)
 
 
 class _Pages:
@@ -189,6 +242,8 @@ class _Pages:
     def __init__(self, path: str, meta: Meta, size: int, fd: int) -> None:
         self.path, self.meta, self.size, self.fd = path, meta, size, fd
         self.page_size = meta.page_size
+        self.runs: list[tuple[int, int]] = []  # (first page, pages) of every overflow run
+        self.free_listed: list[tuple[int, int]] = []  # (record's page, page listed free)
 
     def require(self, pgno: int, n: int) -> None:
         end = (pgno + n) * self.page_size

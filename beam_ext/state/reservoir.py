@@ -33,6 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from beam_ext.errors import BeamExtError
 from beam_ext.state._arrow_blocks import CorruptBlockError, decode_batch, encode_batch
@@ -151,21 +152,51 @@ class EventReservoir:
     # -- persistence -------------------------------------------------------------
 
     def _open_files(self) -> None:
-        os.makedirs(self.directory, exist_ok=True)
+        """Open or create the directory's files and read the index; ReservoirError names the culprit."""
         index = os.path.join(self.directory, "index.bin")
-        self._data_fd = os.open(self._data_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._file_end = os.fstat(self._data_fd).st_size
-        if os.path.exists(index):
-            with open(index, "rb") as f:
-                raw = f.read()
-            whole = len(raw) - len(raw) % _INDEX_ENTRY.size  # a torn last entry is ignored
-            for (off, length, start, count, lo, hi) in _INDEX_ENTRY.iter_unpack(raw[:whole]):
-                if off + length > self._file_end:
-                    break
-                self._add_index(start, count, lo, hi, (off, length))
-        self._index_file = open(index, "ab")
+        try:
+            os.makedirs(self.directory, exist_ok=True)
+        except OSError as e:  # a file on the way, no permission, read-only file system
+            raise ReservoirError(f"cannot create the reservoir directory {self.directory!r}: "
+                                 f"{e.strerror or e}") from e
+        try:
+            self._data_fd = os.open(self._data_path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._file_end = os.fstat(self._data_fd).st_size
+            try:
+                with open(index, "rb") as f:
+                    raw = f.read()
+            except FileNotFoundError:
+                if self._file_end:  # chunks.bin is created first, and only grows after index.bin
+                    raise ReservoirError(f"{self._data_path} holds {self._file_end} bytes of "
+                                         f"chunks, but their index {index} is missing") from None
+                raw = b""
+            self._read_index(index, raw)
+            self._index_file = open(index, "ab")
+        except BaseException as e:
+            self.close()
+            if isinstance(e, OSError):
+                raise ReservoirError(f"cannot open the reservoir in {self.directory!r}: {e}") from e
+            raise
         if self._prefetch:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reservoir-prefetch")
+
+    def _read_index(self, index: str, raw: bytes) -> None:
+        """Load the index entries, each checked against chunks.bin and the entries before it."""
+        whole = len(raw) - len(raw) % _INDEX_ENTRY.size  # a torn last entry: never acknowledged
+        for c, (off, length, start, count, lo, hi) in enumerate(_INDEX_ENTRY.iter_unpack(raw[:whole])):
+            if off + length > self._file_end:
+                raise ReservoirError(
+                    f"{self._data_path} is {self._file_end} bytes, shorter than {index} says: "
+                    f"chunk {c} ends at byte {off + length}; the file was truncated")
+            if start != self.sealed_end:
+                raise ReservoirError(f"{index}: chunk {c} starts at position {start}, but the "
+                                     f"chunks before it end at {self.sealed_end}")
+            if count < 1:
+                raise ReservoirError(f"{index}: chunk {c} is listed with {count} rows")
+            if not self.last_sealed_ts <= lo <= hi:  # NaN fails too
+                raise ReservoirError(f"{index}: chunk {c}'s timestamps {lo}..{hi} are out of order "
+                                     f"(the chunks before it end at {self.last_sealed_ts})")
+            self._add_index(start, count, lo, hi, (off, length))
 
     def close(self) -> None:
         """Seal the open region (as a possibly short chunk) and release files."""
@@ -278,16 +309,30 @@ class EventReservoir:
         start = self.sealed_end
         if self.directory is not None:
             off = self._file_end
-            os.pwrite(self._data_fd, blob, off)
+            self._write_chunk(blob, off)
             self._file_end += len(blob)
-            self._index_file.write(_INDEX_ENTRY.pack(off, len(blob), start, n, ts[0], ts[-1]))
-            self._index_file.flush()
+            try:
+                self._index_file.write(_INDEX_ENTRY.pack(off, len(blob), start, n, ts[0], ts[-1]))
+                self._index_file.flush()
+            except OSError as e:
+                raise ReservoirError(f"cannot write {self._index_file.name}: "
+                                     f"{e.strerror or e}") from e
             where = (off, len(blob))
         else:
             self._blobs[len(self._starts)] = blob
             where = (-1, -1)
         self._add_index(start, n, ts[0], ts[-1], where)
         del self._open_ts[:n], self._open_rows[:n]
+
+    def _write_chunk(self, blob: bytes, off: int) -> None:
+        """Write ``blob`` at ``off`` of chunks.bin whole: a full disk may take only part of it."""
+        view = memoryview(blob)
+        try:
+            while view:
+                written = os.pwrite(self._data_fd, view, off)
+                view, off = view[written:], off + written
+        except OSError as e:  # the rows stay in the open region; nothing was indexed
+            raise ReservoirError(f"cannot write {self._data_path}: {e.strerror or e}") from e
 
     def truncate(self, before: int) -> None:
         """Forget whole sealed chunks that end at or before position ``before``."""
@@ -328,6 +373,20 @@ class EventReservoir:
             found = ", ".join(f"{f.name}: {f.type}" for f in batch.schema)
             raise ReservoirError(f"{self._data_path}: chunk {c} has columns ({found}), not those "
                                  f"of kinds {list(self.kinds)}")
+        if batch.num_rows != self._counts[c]:
+            raise ReservoirError(f"{self._data_path}: chunk {c} holds {batch.num_rows} rows, its "
+                                 f"index entry says {self._counts[c]}")
+        ts = batch.column(0)
+        if ts.null_count or (len(ts) > 1 and not pc.all(pc.less_equal(ts[:-1], ts[1:])).as_py()):
+            # Locating a time bisects them: out of order, it finds a wrong position.
+            raise ReservoirError(
+                f"{self._data_path}: chunk {c} holds timestamps missing or out of order")
+        first, last = ts[0].as_py(), ts[-1].as_py()
+        if (first, last) != (self._min_ts[c], self._max_ts[c]):
+            # An entry pointing at another whole chunk decodes fine: only this tells.
+            raise ReservoirError(
+                f"{self._data_path}: chunk {c} holds timestamps {first}..{last}, its index entry "
+                f"says {self._min_ts[c]}..{self._max_ts[c]}")
         return batch
 
     def _plain_loads(self, c: int) -> Callable[[bytes], Any]:

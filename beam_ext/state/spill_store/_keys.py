@@ -28,8 +28,14 @@ def _block_key(prefix: bytes, seq: int) -> bytes:
 
 
 def _parse(db_key: bytes) -> tuple[bytes, tuple[float, float], int]:
-    """``(key, window, seq)`` of an LMDB key; ``struct.error`` if malformed."""
+    """``(key, window, seq)`` of an LMDB key; ``struct.error`` if malformed.
+
+    The length must be exact: a key with bytes after its sequence number
+    would parse as the block it extends, which would then be read twice.
+    """
     (n,) = _KEYLEN.unpack_from(db_key, 0)
+    if len(db_key) != _KEYLEN.size + n + _WINDOW.size + _SEQ.size:
+        raise struct.error(f"{len(db_key)} bytes, not those of a {n}-byte key")
     key = db_key[2:2 + n]
     start, end = _WINDOW.unpack_from(db_key, 2 + n)
     (seq,) = _SEQ.unpack_from(db_key, 2 + n + _WINDOW.size)

@@ -121,9 +121,10 @@ class _PBucket:
                 raise SpillStoreError(f"spill store at {self._path!r}: read failed: {e}") from e
         for k, v in zip(keys, out):
             if v is None:
+                key, window, seq = _parse(k)
                 raise SpillStoreError(
-                    f"spill store at {self._path!r} lost block {_parse(k)[2]} of window "
-                    f"{_parse(k)[1]} (corrupt environment?)")
+                    f"spill store at {self._path!r} lost block {seq} of window {window} of key "
+                    f"{key!r} (corrupt environment?)")
         return out  # type: ignore[return-value]
 
     def put(self, key: bytes, data: bytes, *, unless: Callable[[], bool]) -> bool:

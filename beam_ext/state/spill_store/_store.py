@@ -298,7 +298,9 @@ class SpillStore(_MemoryPolicy, _IoThread):
                 values = b.values
                 if values is None:
                     with self._lock:
-                        self._lock.wait_for(lambda: b.values is not None  # noqa: B023 - waited on here or self._error is not None
+                        # B023: the lambda is only called inside this iteration.
+                        self._lock.wait_for(lambda: b.values is not None  # noqa: B023
+                                            or self._error is not None
                                             or win.epoch != epoch)
                         values = b.values
                     self._raise_if_failed()
