@@ -155,3 +155,18 @@ def test_a_declared_native_without_implementation_runs_its_expansion_and_says_so
                         equal_to([2, 4]))
     assert ("step 'Doubled': no Spark-native implementation of beam_ext:no_such_native:v1; "
             "running its Beam expansion") in caplog.text
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"spark_state_backend": "bogus"},
+     "--spark_state_backend must be one of 'memory', 'spill', got 'bogus'"),
+    ({"spark_parallelism": 2**31},
+     f"--spark_parallelism must be at most {2**31 - 1} \\(Spark's partition count\\), got {2**31}"),
+    ({"spark_conf": "spark.a=1"},
+     "--spark_conf expects a list of KEY=VALUE entries, got the string 'spark.a=1'"),
+], ids=["backend", "parallelism", "conf-string"])
+def test_options_set_in_code_are_checked_before_spark_runs(spark, kwargs, message):
+    # Options given as keyword arguments skip argparse's types and choices.
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(**kwargs)) as p:
+            _ = p | beam.Create([("a", 1)]) | beam.GroupByKey()
