@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-
 _STATE_BACKENDS = ("memory", "spill")
 # Options that must be positive integers when set (None: Spark's default).
 _POSITIVE_OPTIONS = ("spark_parallelism", "spark_bundle_size", "spark_state_memory")
