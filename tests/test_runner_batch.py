@@ -5,7 +5,13 @@ import apache_beam as beam
 import pytest
 from apache_beam.transforms import window
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.userstate import BagStateSpec, CombiningValueStateSpec, TimerSpec, on_timer
+from apache_beam.transforms.userstate import (
+    BagStateSpec,
+    CombiningValueStateSpec,
+    ReadModifyWriteStateSpec,
+    TimerSpec,
+    on_timer,
+)
 from apache_beam.utils.timestamp import Timestamp
 from pipeline_outputs import spark_equals_direct
 
@@ -348,3 +354,38 @@ def test_stateful_batches_of_one_key_are_whole_at_any_bundle_size(tmp_path):
         return (p | beam.Create(range(10)) | beam.Map(lambda x: ("k", x))
                 | beam.GroupIntoBatches(5) | beam.MapTuple(lambda k, batch: len(batch)))
     assert spark_equals_direct(build, tmp_path, ["--spark_bundle_size=1"]) == [5, 5]
+
+
+class _Countdown(beam.DoFn):
+    """A timer that sets itself again, once per element of its key, unless a
+    multiple of 3 cleared it (for good: the result does not depend on order)."""
+
+    LEFT = ReadModifyWriteStateSpec("left", beam.coders.VarIntCoder())
+    CLEARED = ReadModifyWriteStateSpec("cleared", beam.coders.BooleanCoder())
+    TICK = TimerSpec("tick", TimeDomain.WATERMARK)
+
+    def process(self, kv, left=beam.DoFn.StateParam(LEFT), cleared=beam.DoFn.StateParam(CLEARED),
+                tick=beam.DoFn.TimerParam(TICK)):
+        left.write((left.read() or 0) + 1)
+        if kv[1] % 3 == 0:
+            tick.clear()
+            cleared.write(True)
+        elif not cleared.read():
+            tick.set(Timestamp(10))
+
+    @on_timer(TICK)
+    def on_tick(self, key=beam.DoFn.KeyParam, left=beam.DoFn.StateParam(LEFT),
+                tick=beam.DoFn.TimerParam(TICK), ts=beam.DoFn.TimestampParam):
+        n = left.read()
+        yield key, n, ts.micros
+        if n > 1:
+            left.write(n - 1)
+            tick.set(ts + 1)
+
+
+def test_timers_set_and_cleared_across_one_element_bundles(tmp_path):
+    pairs = [("a", 1), ("b", 2), ("a", 7), ("c", 3), ("a", 4), ("b", 6), ("d", 5), ("d", 8)]
+    out = spark_equals_direct(lambda p: p | beam.Create(pairs) | beam.ParDo(_Countdown()),
+                              tmp_path, ["--spark_bundle_size=1"])
+    assert out == [["a", 1, 12_000_000], ["a", 2, 11_000_000], ["a", 3, 10_000_000],
+                   ["d", 1, 11_000_000], ["d", 2, 10_000_000]]

@@ -155,3 +155,58 @@ def test_a_declared_native_without_implementation_runs_its_expansion_and_says_so
                         equal_to([2, 4]))
     assert ("step 'Doubled': no Spark-native implementation of beam_ext:no_such_native:v1; "
             "running its Beam expansion") in caplog.text
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"spark_state_backend": "bogus"},
+     "--spark_state_backend must be one of 'memory', 'spill', got 'bogus'"),
+    ({"spark_parallelism": 2**31},
+     f"--spark_parallelism must be at most {2**31 - 1} \\(Spark's partition count\\), got {2**31}"),
+    ({"spark_conf": "spark.a=1"},
+     "--spark_conf expects a list of KEY=VALUE entries, got the string 'spark.a=1'"),
+], ids=["backend", "parallelism", "conf-string"])
+def test_options_set_in_code_are_checked_before_spark_runs(spark, kwargs, message):
+    # Options given as keyword arguments skip argparse's types and choices.
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(**kwargs)) as p:
+            _ = p | beam.Create([("a", 1)]) | beam.GroupByKey()
+
+
+class _FailsInSetup(beam.DoFn):
+    def setup(self):
+        raise ValueError("no connection in setup")
+
+    def process(self, x):
+        yield x
+
+
+class _FailsInFinishBundle(beam.DoFn):
+    def process(self, x):
+        yield x
+
+    def finish_bundle(self):
+        raise ValueError("no flush in finish_bundle")
+
+
+@pytest.mark.parametrize("fn, cause", [
+    (_FailsInSetup, "ValueError: no connection in setup"),
+    (_FailsInFinishBundle, "ValueError: no flush in finish_bundle"),
+], ids=["setup", "finish_bundle"])
+def test_errors_outside_process_name_the_step(spark, fn, cause):
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = (p | beam.Create([1, 2]) | "Before" >> beam.Map(abs)
+                 | "Lifecycle" >> beam.ParDo(fn()) | "After" >> beam.Map(abs))
+    message = str(info.value)
+    assert message.startswith("Beam step 'Lifecycle' failed on Spark:")
+    assert cause in message
+
+
+def test_dead_worker_after_a_group_names_the_consumer(spark):
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = (p | beam.Create([(1, 1), (3, 3)]) | "Group" >> beam.GroupByKey()
+                 | "DieAfterGroup" >> beam.MapTuple(lambda k, v: _kill_on_three(k)))
+    message = str(info.value)
+    assert "Python worker exited unexpectedly (crashed)" in message
+    assert "'DieAfterGroup'" in message and "'Group'" not in message

@@ -445,3 +445,34 @@ def test_substreams_a_lost_source_never_promised_are_retired(caplog, retire_lost
     assert not ag["sink/0"].ended(1)
     _close(ag)
     s.stop()
+
+
+def test_a_lost_target_that_reports_again_is_awaited_at_once():
+    # A long timeout: the service's own monitor must not run check_liveness here.
+    clock = ManualClock(0.0)
+    s = TrackerService(token=TOKEN, clock=clock, heartbeat_timeout=60.0).start()
+    s.register_graph({"src/0": [], "sink/0": ["src/0"]})
+    ag = _agents(s, ["src/0", "sink/0"])
+    ag["src/0"].promise(9)
+    ag["src/0"].flush()
+    assert ag["sink/0"].wait(9, timeout=10)  # so sink/0 subscribed at t=0
+    clock.advance(61.0)
+    ag["src/0"].sent(0, new_token(), to="sink/0")
+    ag["src/0"].flush()  # only sink/0 is silent
+    assert s.check_liveness() == ["sink/0"]
+    assert s.stats()["abandoned_substreams"] == 1  # 0 was in flight to it
+    dead = ag["sink/0"]
+    ag["sink/0"] = LocalAgent(s.address, "sink/0", TOKEN, flush_interval=None)  # restarted
+    token = new_token()
+    ag["src/0"].sent(5, token, to="sink/0")
+    ag["src/0"].promise(5)
+    ag["src/0"].flush()
+    # The element is in flight to a live process: the substream must wait for it.
+    assert s.stats()["abandoned_substreams"] == 1 and s.stats()["open_substreams"] == 1
+    ag["sink/0"].received(5, token)
+    ag["sink/0"].flush()
+    assert ag["sink/0"].wait(5, timeout=10)
+    assert s.lost_processes() == {}
+    _close(ag)
+    dead.close()
+    s.stop()

@@ -3,6 +3,12 @@ from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+_STATE_BACKENDS = ("memory", "spill")
+# Options that must be positive integers when set (None: Spark's default).
+_POSITIVE_OPTIONS = ("spark_parallelism", "spark_bundle_size", "spark_state_memory")
+# Spark counts an RDD's partitions in a Java int.
+_MAX_PARTITIONS = 2**31 - 1
+
 
 class SparkRunnerOptions(PipelineOptions):
     """Options of :class:`beam_ext.runner.SparkRunner`.
@@ -41,7 +47,7 @@ class SparkRunnerOptions(PipelineOptions):
             help="Partitions for reads and shuffles (default: Spark's default parallelism).")
         parser.add_argument(
             "--spark_state_backend",
-            choices=["memory", "spill"],
+            choices=_STATE_BACKENDS,
             default="memory",
             help="Where stateful stages keep bag state: in memory, or in an LMDB spill "
             "store bounded by --spark_state_memory (for state that outgrows memory).")
@@ -58,13 +64,11 @@ class SparkRunnerOptions(PipelineOptions):
             "once its elements reach this size (1: one element per bundle).")
 
 
-# Options that must be positive integers when set (None: Spark's default).
-_POSITIVE_OPTIONS = ("spark_parallelism", "spark_bundle_size", "spark_state_memory")
-
-
 def check_options(options: SparkRunnerOptions) -> None:
     """Rejects out-of-range values and malformed ``--spark_conf`` entries,
-    naming the flag, before Spark starts.
+    naming the flag, before Spark starts. Options set in code (keyword
+    arguments of ``PipelineOptions``) skip argparse, so types and choices
+    are checked here too.
 
     Example::
 
@@ -78,6 +82,17 @@ def check_options(options: SparkRunnerOptions) -> None:
         # bool is an int to Python, never a count to a user.
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"--{name} must be a positive integer, got {value!r}")
+    if options.spark_parallelism is not None and options.spark_parallelism > _MAX_PARTITIONS:
+        raise ValueError(f"--spark_parallelism must be at most {_MAX_PARTITIONS} "
+                         f"(Spark's partition count), got {options.spark_parallelism}")
+    if options.spark_state_backend not in _STATE_BACKENDS:
+        raise ValueError(f"--spark_state_backend must be one of "
+                         f"{', '.join(map(repr, _STATE_BACKENDS))}, "
+                         f"got {options.spark_state_backend!r}")
+    if isinstance(options.spark_conf, str):
+        # A lone string would be read entry by entry, one character each.
+        raise ValueError(f"--spark_conf expects a list of KEY=VALUE entries, "
+                         f"got the string {options.spark_conf!r}")
     parse_spark_conf(options.spark_conf)
 
 

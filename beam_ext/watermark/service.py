@@ -289,14 +289,31 @@ class TrackerService:
     def _declare_lost(self, agents: list[str]) -> None:
         """Tell the table which graph processes the lost ``agents`` host."""
         with self._lock:
-            hosts: set[str] = set()
-            for agent in agents:
-                try:
-                    hosts |= self._table.hosts_of(agent)
-                except TableError:
-                    pass  # subscribed under an id the graph does not know: hosts nothing
-            abandoned = self._table.set_lost(hosts)
+            abandoned, hosts = self._set_lost_locked(agents)
         self._note_abandoned(abandoned, hosts)
+
+    def _set_lost_locked(self, agents: list[str]) -> tuple[list, set[str]]:
+        """The table's lost processes become those ``agents`` host (caller holds
+        the lock); returns the substreams this abandons, and those processes."""
+        hosts: set[str] = set()
+        for agent in agents:
+            try:
+                hosts |= self._table.hosts_of(agent)
+            except TableError:
+                pass  # subscribed under an id the graph does not know: hosts nothing
+        return self._table.set_lost(hosts), hosts
+
+    def _back_locked(self, agent: str) -> None:
+        """A lost agent calls again (caller holds the lock): its processes are
+        awaited from this call on, not from the next liveness check, or the
+        substreams sent to them meanwhile would be abandoned."""
+        if agent not in self._lost:
+            return
+        self._lost.discard(agent)
+        _log.warning("tracker: process %r reports again", agent)
+        if self._retire_lost:
+            abandoned, hosts = self._set_lost_locked(sorted(self._lost))
+            self._note_abandoned(abandoned, hosts)
 
     def _note_abandoned(self, abandoned: list, lost: Iterable[str]) -> None:
         """Count and log substreams retired before every process was notified."""
@@ -332,6 +349,7 @@ class TrackerService:
     def _seen(self, process: str) -> None:
         self._last_seen[process] = self._clock.now()
         self._closed.discard(process)
+        self._back_locked(process)
 
     async def Hello(self, request: pb.HelloRequest, context: grpc.aio.ServicerContext) -> pb.HelloReply:
         await self._authorize(context)
@@ -366,6 +384,8 @@ class TrackerService:
         except (TypeError, ValueError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         with self._lock:
+            # A lost agent that reports is back before its report is applied.
+            self._back_locked(batch.process)
             try:
                 result = self._table.apply(batch)
             except TableFull as exc:
