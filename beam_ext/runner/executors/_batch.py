@@ -183,7 +183,10 @@ class BatchExecutor:
             return None
         state: dict[bytes, bytes] = {}
         for spec in stage.side_inputs:
-            chunks = self._read(spec.buffer).collect()
+            # Collecting runs the side input's grouping (a shuffle) here, in
+            # this stage's name: its failures read like the stage's own.
+            with translate_spark_error(stage.steps):
+                chunks = self._read(spec.buffer).collect()
             state.update(side_input_state(spec, chunks))
         broadcast = self._sc.broadcast(state)
         self._broadcasts.append(broadcast)
