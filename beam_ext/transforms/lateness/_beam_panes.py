@@ -39,6 +39,7 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
+from apache_beam.transforms.window import NonMergingWindowFn, WindowFn
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 
@@ -119,6 +120,36 @@ class _SplitPanes(beam.DoFn):
         else:
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, payload)
+
+
+class _KeepWindows(NonMergingWindowFn):
+    """``windowfn``, except that an element already in a window stays in it.
+
+    Re-windowing an element of several (sliding) windows with ``windowfn``
+    itself would put it in each of them once per window it is in already.
+    """
+
+    def __init__(self, windowfn: WindowFn) -> None:
+        self._windowfn = windowfn
+
+    def assign(self, context: WindowFn.AssignContext) -> list:
+        # No window: an output timestamped anew downstream, assigned as usual.
+        return [context.window] if context.window is not None else self._windowfn.assign(context)
+
+    def get_window_coder(self) -> coders.Coder:
+        return self._windowfn.get_window_coder()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _KeepWindows and self._windowfn == other._windowfn
+
+    def __hash__(self) -> int:
+        return hash(self._windowfn)
+
+
+def _keep_late_data(pcoll: beam.PCollection, lateness: Duration) -> beam.WindowInto:
+    """``pcoll``'s windows, kept open ``lateness`` past their end: Beam drops
+    values behind a window's allowed lateness before any DoFn sees them."""
+    return beam.WindowInto(_KeepWindows(pcoll.windowing.windowfn), allowed_lateness=lateness)
 
 
 def _pane_output(key: Any, values: list, window: Any, pane: PaneInfo) -> WindowedValue:

@@ -17,7 +17,12 @@ from apache_beam import coders
 from apache_beam.utils.timestamp import Duration
 
 from beam_ext.transforms._native import native_annotations
-from beam_ext.transforms.lateness._beam_panes import _EventPaneFn, _LatePaneTransform, _PaneFn
+from beam_ext.transforms.lateness._beam_panes import (
+    _EventPaneFn,
+    _keep_late_data,
+    _LatePaneTransform,
+    _PaneFn,
+)
 from beam_ext.transforms.lateness.triggers import (
     Cleanup,
     EveryNLateEvents,
@@ -103,11 +108,8 @@ class LateWindowedGroupByKey(_LatePaneTransform):
         if gc is None:
             gc = self._cleanup.allowed_lateness() + self._horizon
         key_coder, value_coder = _kv_coders(pcoll)
-        # Beam drops values behind a window's allowed lateness before any
-        # DoFn sees them; the window must stay open past our own cleanup so
-        # that late values reach the dead letters.
-        kept = pcoll | "KeepLateData" >> beam.WindowInto(
-            windowfn, allowed_lateness=Duration.of(gc))
+        # Open past our own cleanup, so that late values reach the dead letters.
+        kept = pcoll | "KeepLateData" >> _keep_late_data(pcoll, Duration.of(gc))
         return kept | "Panes" >> _LatePanes(self._trigger, self._cleanup, self._budget,
                                             key_coder, value_coder)
 
