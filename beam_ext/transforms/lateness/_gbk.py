@@ -140,9 +140,27 @@ class _LatePanes(beam.PTransform):
                 **native_annotations(NATIVE_URN, pickle.dumps(self._config))}
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        trigger, cleanup = self._config[:2]
+        trigger, cleanup, _, key_coder, _ = self._config
         # Only event-driven triggers need _EventPaneFn's processing-time
         # timer, which sends the DirectRunner to its bundle-based runner.
         fn = _PaneFn if isinstance(trigger, ScheduledLateTrigger) else _EventPaneFn
-        return pcoll | "LatePaneFn" >> beam.ParDo(
-            fn(trigger, cleanup, accumulate=True, namespace=METRICS_NAMESPACE))
+        # State and timers keyed by the key's encoding, as GroupByKey groups
+        # and the native path partitions: runners may merge the timers of
+        # keys equal in Python (0.0 and -0.0, 1 and True), losing panes.
+        return (pcoll
+                | "EncodeKey" >> beam.Map(_encode_key, key_coder).with_output_types(
+                    tuple[bytes, Any])
+                | "LatePaneFn" >> beam.ParDo(
+                    fn(trigger, cleanup, accumulate=True, namespace=METRICS_NAMESPACE))
+                | "DecodeKey" >> beam.Map(_decode_key, key_coder))
+
+
+def _encode_key(element: tuple[Any, Any], key_coder: coders.Coder) -> tuple[bytes, Any]:
+    return key_coder.encode(element[0]), element[1]
+
+
+def _decode_key(tagged: tuple[str, tuple[bytes, Any]],
+                key_coder: coders.Coder) -> tuple[str, tuple[Any, Any]]:
+    """A tagged pane or dead letter with its key as it came in."""
+    tag, (key, payload) = tagged
+    return tag, (key_coder.decode(key), payload)
