@@ -306,7 +306,8 @@ def test_each_value_once_per_window_it_is_in(index):
             ("k", (-5.0, 5.0), (1.0,)), ("k", (0.0, 10.0), (1.0, 7.0)), ("k", (5.0, 15.0), (7.0,))]))
 
 
-def test_keys_equal_in_python_but_encoded_apart_are_apart_on_the_portable_runner():
+@pytest.mark.parametrize("index", [0, 1], ids=["LateWindowedGroupByKey", "StalenessRefire"])
+def test_keys_equal_in_python_but_encoded_apart_are_apart_on_the_portable_runner(index):
     # GroupByKey groups by encoding: 0.0 and -0.0, 1 and True are apart.
     # The portable runner merges timers of keys equal in Python, so the
     # stateful step keys by the encoding itself, or panes would be lost.
@@ -318,7 +319,7 @@ def test_keys_equal_in_python_but_encoded_apart_are_apart_on_the_portable_runner
         out = (p | beam.Create([(i, float(i)) for i in range(20)])
                | beam.Map(lambda e: beam_window.TimestampedValue((keys[e[0] % 5], e[0]), e[1]))
                | beam.WindowInto(beam_window.FixedWindows(10))
-               | LateWindowedGroupByKey(trigger=_Offsets([]), cleanup=0.0))
+               | _late_pane_transforms()[index])
         assert_that(out | beam.FlatMap(_values_row) | beam.Map(repr), equal_to(
             [repr((key, (w, w + 10.0), tuple(i for i in range(int(w), int(w) + 10) if i % 5 == k)))
              for k, key in enumerate(keys) for w in (0.0, 10.0)]))

@@ -152,6 +152,48 @@ def _keep_late_data(pcoll: beam.PCollection, lateness: Duration) -> beam.WindowI
     return beam.WindowInto(_KeepWindows(pcoll.windowing.windowfn), allowed_lateness=lateness)
 
 
+def _kv_coders(pcoll: beam.PCollection, step_label: str) -> tuple[coders.Coder, coders.Coder]:
+    """Key and value coders of ``(key, value)`` input; the key coder is
+    deterministic, as GroupByKey's, because windows are grouped by its bytes.
+    A key it cannot encode so raises ``TypeError`` naming ``step_label``."""
+    coder = coders.registry.get_coder(pcoll.element_type)
+    if not coder.is_kv_coder():
+        coder = coders.FastPrimitivesCoder()
+    return coder.key_coder().as_deterministic_coder(step_label), coder.value_coder()
+
+
+class _ByEncodedKey(beam.PTransform):
+    """A stateful late-pane DoFn run with the key's encoding as its key.
+
+    State and timers keyed by the bytes GroupByKey groups by (and the native
+    path partitions by): runners may merge the timers of keys equal in
+    Python but encoded apart (0.0 and -0.0, 1 and True), losing panes.
+    """
+
+    def __init__(self, fn: beam.DoFn, key_coder: coders.Coder) -> None:
+        super().__init__()
+        self._fn = fn
+        self._key_coder = key_coder
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        return (pcoll
+                | "EncodeKey" >> beam.Map(_encode_key, self._key_coder).with_output_types(
+                    tuple[bytes, Any])
+                | "Panes" >> beam.ParDo(self._fn)
+                | "DecodeKey" >> beam.Map(_decode_key, self._key_coder))
+
+
+def _encode_key(element: tuple[Any, Any], key_coder: coders.Coder) -> tuple[bytes, Any]:
+    return key_coder.encode(element[0]), element[1]
+
+
+def _decode_key(tagged: tuple[str, tuple[bytes, Any]],
+                key_coder: coders.Coder) -> tuple[str, tuple[Any, Any]]:
+    """A tagged pane or dead letter with its key as it came in."""
+    tag, (key, payload) = tagged
+    return tag, (key_coder.decode(key), payload)
+
+
 def _pane_output(key: Any, values: list, window: Any, pane: PaneInfo) -> WindowedValue:
     """A pane as the stateful step emits it."""
     return WindowedValue((PANE, (key, values)), window.max_timestamp(), [window], pane)

@@ -18,8 +18,10 @@ from apache_beam.utils.timestamp import Duration
 
 from beam_ext.transforms._native import native_annotations
 from beam_ext.transforms.lateness._beam_panes import (
+    _ByEncodedKey,
     _EventPaneFn,
     _keep_late_data,
+    _kv_coders,
     _LatePaneTransform,
     _PaneFn,
 )
@@ -107,21 +109,11 @@ class LateWindowedGroupByKey(_LatePaneTransform):
         gc = self._gc_lateness
         if gc is None:
             gc = self._cleanup.allowed_lateness() + self._horizon
-        key_coder, value_coder = _kv_coders(pcoll)
+        key_coder, value_coder = _kv_coders(pcoll, self.label)
         # Open past our own cleanup, so that late values reach the dead letters.
         kept = pcoll | "KeepLateData" >> _keep_late_data(pcoll, Duration.of(gc))
         return kept | "Panes" >> _LatePanes(self._trigger, self._cleanup, self._budget,
                                             key_coder, value_coder)
-
-
-def _kv_coders(pcoll: beam.PCollection) -> tuple[coders.Coder, coders.Coder]:
-    """Key and value coders of ``(key, value)`` input; the key coder is
-    deterministic, as GroupByKey's, because windows are grouped by its bytes."""
-    coder = coders.registry.get_coder(pcoll.element_type)
-    if not coder.is_kv_coder():
-        coder = coders.FastPrimitivesCoder()
-    return (coder.key_coder().as_deterministic_coder("LateWindowedGroupByKey key"),
-            coder.value_coder())
 
 
 class _LatePanes(beam.PTransform):
@@ -144,23 +136,5 @@ class _LatePanes(beam.PTransform):
         # Only event-driven triggers need _EventPaneFn's processing-time
         # timer, which sends the DirectRunner to its bundle-based runner.
         fn = _PaneFn if isinstance(trigger, ScheduledLateTrigger) else _EventPaneFn
-        # State and timers keyed by the key's encoding, as GroupByKey groups
-        # and the native path partitions: runners may merge the timers of
-        # keys equal in Python (0.0 and -0.0, 1 and True), losing panes.
-        return (pcoll
-                | "EncodeKey" >> beam.Map(_encode_key, key_coder).with_output_types(
-                    tuple[bytes, Any])
-                | "LatePaneFn" >> beam.ParDo(
-                    fn(trigger, cleanup, accumulate=True, namespace=METRICS_NAMESPACE))
-                | "DecodeKey" >> beam.Map(_decode_key, key_coder))
-
-
-def _encode_key(element: tuple[Any, Any], key_coder: coders.Coder) -> tuple[bytes, Any]:
-    return key_coder.encode(element[0]), element[1]
-
-
-def _decode_key(tagged: tuple[str, tuple[bytes, Any]],
-                key_coder: coders.Coder) -> tuple[str, tuple[Any, Any]]:
-    """A tagged pane or dead letter with its key as it came in."""
-    tag, (key, payload) = tagged
-    return tag, (key_coder.decode(key), payload)
+        return pcoll | "LatePaneFn" >> _ByEncodedKey(
+            fn(trigger, cleanup, accumulate=True, namespace=METRICS_NAMESPACE), key_coder)
