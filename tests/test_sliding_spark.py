@@ -114,6 +114,13 @@ def test_windows_of_several_or_merging_per_event_equal_the_beam_path(spark, tmp_
     assert got == _collect_windowed(events, "BundleBasedDirectRunner", tmp_path, windowfn)
 
 
+def test_native_step_whose_output_nothing_reads(spark):
+    # A pipeline may end at the transform; planning gave its output no coder.
+    p = beam.Pipeline(runner=SparkRunner())
+    _ = p | beam.Create(_events(3, 20)) | _transform()
+    assert p.run().wait_until_finish() == beam.runners.runner.PipelineState.DONE
+
+
 def test_native_annotation_is_dropped_for_custom_aggregates_and_streaming():
     plain = _transform()
     plain._streaming = False
