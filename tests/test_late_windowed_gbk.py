@@ -278,6 +278,53 @@ def _real_time_timers(transform) -> bool:
     return bool(found)
 
 
+def _late_pane_transforms():
+    from beam_ext.transforms import StalenessRefire, StalenessTrigger
+
+    return [LateWindowedGroupByKey(trigger=_Offsets([]), cleanup=0.0),
+            StalenessRefire(StalenessTrigger(0.2, allowed_lateness=30.0, history=[[5, 9]] * 3))]
+
+
+def _values_row(element, window=beam.DoFn.WindowParam):
+    key, values = element
+    yield key, (window.start.micros / 1e6, window.end.micros / 1e6), tuple(sorted(values))
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["LateWindowedGroupByKey", "StalenessRefire"])
+def test_each_value_once_per_window_it_is_in(index):
+    # An element in several (sliding) windows belongs to each once, as in
+    # GroupByKey: keeping late data must not assign it to windows again.
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that, equal_to
+
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        out = (p | beam.Create([("k", 1.0), ("k", 7.0)])
+               | beam.Map(lambda kv: beam_window.TimestampedValue(kv, kv[1]))
+               | beam.WindowInto(beam_window.SlidingWindows(10, 5))
+               | _late_pane_transforms()[index])
+        assert_that(out | beam.FlatMap(_values_row), equal_to([
+            ("k", (-5.0, 5.0), (1.0,)), ("k", (0.0, 10.0), (1.0, 7.0)), ("k", (5.0, 15.0), (7.0,))]))
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["LateWindowedGroupByKey", "StalenessRefire"])
+def test_keys_equal_in_python_but_encoded_apart_are_apart_on_the_portable_runner(index):
+    # GroupByKey groups by encoding: 0.0 and -0.0, 1 and True are apart.
+    # The portable runner merges timers of keys equal in Python, so the
+    # stateful step keys by the encoding itself, or panes would be lost.
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+    from apache_beam.testing.util import assert_that, equal_to
+
+    keys = [(None, 0.0), (None, -0.0), 1, True, 1.0]
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        out = (p | beam.Create([(i, float(i)) for i in range(20)])
+               | beam.Map(lambda e: beam_window.TimestampedValue((keys[e[0] % 5], e[0]), e[1]))
+               | beam.WindowInto(beam_window.FixedWindows(10))
+               | _late_pane_transforms()[index])
+        assert_that(out | beam.FlatMap(_values_row) | beam.Map(repr), equal_to(
+            [repr((key, (w, w + 10.0), tuple(i for i in range(int(w), int(w) + 10) if i % 5 == k)))
+             for k, key in enumerate(keys) for w in (0.0, 10.0)]))
+
+
 def test_only_event_driven_triggers_declare_a_processing_time_timer():
     # A processing-time timer sends the DirectRunner to its bundle-based runner.
     from beam_ext.transforms.staleness import StalenessRefire, StalenessTrigger

@@ -7,6 +7,7 @@ import pickle
 import random
 
 import apache_beam as beam
+import pytest
 from apache_beam import coders
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -15,6 +16,7 @@ from apache_beam.transforms import window as beam_window
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
+from beam_ext import SlidingAggregate, SlidingWindow, agg
 from beam_ext.runner import SparkRunner
 from beam_ext.runner.native import NativeContext
 from beam_ext.runner.native._lateness import late_panes_on_spark
@@ -132,3 +134,26 @@ def test_native_path_streams_panes_as_windows_fire(spark):
     assert [key for key, _ in seen] == ["k"] * n_windows
     fired = [asked for _, asked in seen]
     assert [b - a for a, b in itertools.pairwise(fired)] == [1] * (n_windows - 1)
+
+
+class _Card:
+    """A key type with no deterministic encoding (no coder, no __setstate__)."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+
+
+def _native_step(name: str) -> beam.PTransform:
+    if name == "LateWindowedGroupByKey":
+        return (beam.Map(lambda e: beam_window.TimestampedValue((_Card(e), e), e))
+                | LateWindowedGroupByKey())
+    return SlidingAggregate(key=lambda e: _Card(e), windows={"w": SlidingWindow(5)},
+                            aggregations={"n": agg.count()})
+
+
+@pytest.mark.parametrize("name", ["LateWindowedGroupByKey", "SlidingAggregate"])
+def test_key_without_deterministic_encoding_fails_naming_the_step(spark, name):
+    # Grouping by a pickled key could split it: the native paths refuse it, as GroupByKey does.
+    with pytest.raises(Exception, match=rf"(?s)step '{name}.*Unable to deterministically encode"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = p | beam.Create([1, 2, 3]) | name >> _native_step(name)

@@ -86,6 +86,41 @@ def test_keys_group_by_encoding_as_on_the_beam_path(spark, tmp_path):
     assert got == direct
 
 
+def _windowed_rows(element, window=beam.DoFn.WindowParam):
+    event, feats = element
+    yield json.dumps([event["id"], str(window), feats])
+
+
+def _collect_windowed(events, runner, out_dir, windowfn) -> list:
+    """Sorted ``[event id, window, features]`` rows of the transform after ``windowfn``."""
+    prefix = str(out_dir / runner_name(runner) / "windowed")
+    with beam.Pipeline(runner=runner) as p:
+        _ = (p | beam.Create(events)
+             | beam.Map(lambda e: beam.window.TimestampedValue(e, e["ts"]))
+             | beam.WindowInto(windowfn) | _transform() | beam.ParDo(_windowed_rows)
+             | beam.io.WriteToText(prefix))
+    return sorted(line for path in glob.glob(prefix + "*") for line in open(path))
+
+
+@pytest.mark.parametrize("windowfn", [beam.window.SlidingWindows(10, 5), beam.window.Sessions(2)],
+                         ids=["sliding", "sessions"])
+def test_windows_of_several_or_merging_per_event_equal_the_beam_path(spark, tmp_path, windowfn):
+    # GroupByKey groups an event in several windows once per window, and
+    # merges session windows: the per-event batch path groups by the
+    # event's own windows and can do neither, so such input keeps the
+    # Beam expansion.
+    events = _events(4, 60)
+    got = _collect_windowed(events, SparkRunner(), tmp_path, windowfn)
+    assert got == _collect_windowed(events, "BundleBasedDirectRunner", tmp_path, windowfn)
+
+
+def test_native_step_whose_output_nothing_reads(spark):
+    # A pipeline may end at the transform; planning gave its output no coder.
+    p = beam.Pipeline(runner=SparkRunner())
+    _ = p | beam.Create(_events(3, 20)) | _transform()
+    assert p.run().wait_until_finish() == beam.runners.runner.PipelineState.DONE
+
+
 def test_native_annotation_is_dropped_for_custom_aggregates_and_streaming():
     plain = _transform()
     plain._streaming = False

@@ -24,8 +24,8 @@ from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_AN
 from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_URN
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
 
-__all__ = ["NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION", "TRANSLATIONS", "NativeContext",
-           "NativeFn", "lookup_native"]
+__all__ = ["NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION", "ONE_WINDOW_PER_ELEMENT",
+           "TRANSLATIONS", "NativeContext", "NativeFn", "lookup_native"]
 
 
 class NativeCounter(Protocol):
@@ -55,6 +55,11 @@ TRANSLATIONS: dict[str, NativeFn] = {
     SLIDING_URN: sliding_on_spark,
     LATE_WINDOWED_GBK_URN: late_panes_on_spark,
 }
+
+#: Implementations that group each element by its own windows. That equals
+#: GroupByKey only where each element is in one window no merge changes
+#: (global or fixed windows); on other input planning keeps the Beam expansion.
+ONE_WINDOW_PER_ELEMENT: frozenset[str] = frozenset({SLIDING_URN})
 
 
 def lookup_native(urn: str) -> NativeFn | None:

@@ -93,12 +93,29 @@ def substitute_natives(proto: beam_runner_api_pb2.Pipeline) -> frozenset[str]:
                       "running its Beam expansion", transform.unique_name, urn,
                       len(transform.inputs), len(transform.outputs))
             continue
+        window_fn = _input_window_fn(proto, transform)
+        if urn in native.ONE_WINDOW_PER_ELEMENT and window_fn not in _ONE_WINDOW_FNS:
+            _LOG.info("step %r: %s needs global or fixed windows, its input has %s; "
+                      "running its Beam expansion", transform.unique_name, urn, window_fn)
+            continue
         transform.spec.urn = urn
         transform.spec.payload = transform.annotations[native.NATIVE_PAYLOAD_ANNOTATION]
         del transform.subtransforms[:]
         _LOG.info("step %r runs Spark-natively (%s)", transform.unique_name, urn)
         urns.add(urn)
     return frozenset(urns)
+
+
+_ONE_WINDOW_FNS = frozenset({common_urns.global_windows.urn, common_urns.fixed_windows.urn})
+
+
+def _input_window_fn(proto: beam_runner_api_pb2.Pipeline,
+                     transform: beam_runner_api_pb2.PTransform) -> str:
+    """The URN of the window function of ``transform``'s only input."""
+    [pcoll_id] = transform.inputs.values()
+    components = proto.components
+    strategy = components.pcollections[pcoll_id].windowing_strategy_id
+    return components.windowing_strategies[strategy].window_fn.urn
 
 
 def check_supported(proto: beam_runner_api_pb2.Pipeline, native_urns: frozenset[str]) -> None:

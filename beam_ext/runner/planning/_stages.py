@@ -220,7 +220,18 @@ class StagePlanner:
             urn=transform.spec.urn, payload=transform.spec.payload,
             step_name=transform.unique_name,
             input_coder=self._channel_coder(in_pcoll),
-            output_coder=self._channel_coder(out_pcoll))
+            output_coder=self._output_coder(out_pcoll))
+
+    def _output_coder(self, pcoll: str):
+        """The channel coder of a native step's output, or, if nothing reads
+        it (the pipeline ends there; the step still runs, for its counters),
+        its windowed element coder."""
+        if pcoll in self._context.data_channel_coders:
+            return self._channel_coder(pcoll)
+        proto = self._components.pcollections[pcoll]
+        windowing = self._pipeline_context.windowing_strategies[proto.windowing_strategy_id]
+        return WindowedValueCoder(self._pipeline_context.coders[proto.coder_id],
+                                  windowing.windowfn.get_window_coder())
 
     def _descriptor(self, stage: Stage) -> beam_fn_api_pb2.ProcessBundleDescriptor:
         components = self._components

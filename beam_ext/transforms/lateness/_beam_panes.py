@@ -39,6 +39,7 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
+from apache_beam.transforms.window import NonMergingWindowFn, WindowFn
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 
@@ -119,6 +120,78 @@ class _SplitPanes(beam.DoFn):
         else:
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, payload)
+
+
+class _KeepWindows(NonMergingWindowFn):
+    """``windowfn``, except that an element already in a window stays in it.
+
+    Re-windowing an element of several (sliding) windows with ``windowfn``
+    itself would put it in each of them once per window it is in already.
+    """
+
+    def __init__(self, windowfn: WindowFn) -> None:
+        self._windowfn = windowfn
+
+    def assign(self, context: WindowFn.AssignContext) -> list:
+        # No window: an output timestamped anew downstream, assigned as usual.
+        return [context.window] if context.window is not None else self._windowfn.assign(context)
+
+    def get_window_coder(self) -> coders.Coder:
+        return self._windowfn.get_window_coder()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is _KeepWindows and self._windowfn == other._windowfn
+
+    def __hash__(self) -> int:
+        return hash(self._windowfn)
+
+
+def _keep_late_data(pcoll: beam.PCollection, lateness: Duration) -> beam.WindowInto:
+    """``pcoll``'s windows, kept open ``lateness`` past their end: Beam drops
+    values behind a window's allowed lateness before any DoFn sees them."""
+    return beam.WindowInto(_KeepWindows(pcoll.windowing.windowfn), allowed_lateness=lateness)
+
+
+def _kv_coders(pcoll: beam.PCollection, step_label: str) -> tuple[coders.Coder, coders.Coder]:
+    """Key and value coders of ``(key, value)`` input; the key coder is
+    deterministic, as GroupByKey's, because windows are grouped by its bytes.
+    A key it cannot encode so raises ``TypeError`` naming ``step_label``."""
+    coder = coders.registry.get_coder(pcoll.element_type)
+    if not coder.is_kv_coder():
+        coder = coders.FastPrimitivesCoder()
+    return coder.key_coder().as_deterministic_coder(step_label), coder.value_coder()
+
+
+class _ByEncodedKey(beam.PTransform):
+    """A stateful late-pane DoFn run with the key's encoding as its key.
+
+    State and timers keyed by the bytes GroupByKey groups by (and the native
+    path partitions by): runners may merge the timers of keys equal in
+    Python but encoded apart (0.0 and -0.0, 1 and True), losing panes.
+    """
+
+    def __init__(self, fn: beam.DoFn, key_coder: coders.Coder) -> None:
+        super().__init__()
+        self._fn = fn
+        self._key_coder = key_coder
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        return (pcoll
+                | "EncodeKey" >> beam.Map(_encode_key, self._key_coder).with_output_types(
+                    tuple[bytes, Any])
+                | "Panes" >> beam.ParDo(self._fn)
+                | "DecodeKey" >> beam.Map(_decode_key, self._key_coder))
+
+
+def _encode_key(element: tuple[Any, Any], key_coder: coders.Coder) -> tuple[bytes, Any]:
+    return key_coder.encode(element[0]), element[1]
+
+
+def _decode_key(tagged: tuple[str, tuple[bytes, Any]],
+                key_coder: coders.Coder) -> tuple[str, tuple[Any, Any]]:
+    """A tagged pane or dead letter with its key as it came in."""
+    tag, (key, payload) = tagged
+    return tag, (key_coder.decode(key), payload)
 
 
 def _pane_output(key: Any, values: list, window: Any, pane: PaneInfo) -> WindowedValue:

@@ -17,7 +17,14 @@ from apache_beam import coders
 from apache_beam.utils.timestamp import Duration
 
 from beam_ext.transforms._native import native_annotations
-from beam_ext.transforms.lateness._beam_panes import _EventPaneFn, _LatePaneTransform, _PaneFn
+from beam_ext.transforms.lateness._beam_panes import (
+    _ByEncodedKey,
+    _EventPaneFn,
+    _keep_late_data,
+    _kv_coders,
+    _LatePaneTransform,
+    _PaneFn,
+)
 from beam_ext.transforms.lateness.triggers import (
     Cleanup,
     EveryNLateEvents,
@@ -102,24 +109,11 @@ class LateWindowedGroupByKey(_LatePaneTransform):
         gc = self._gc_lateness
         if gc is None:
             gc = self._cleanup.allowed_lateness() + self._horizon
-        key_coder, value_coder = _kv_coders(pcoll)
-        # Beam drops values behind a window's allowed lateness before any
-        # DoFn sees them; the window must stay open past our own cleanup so
-        # that late values reach the dead letters.
-        kept = pcoll | "KeepLateData" >> beam.WindowInto(
-            windowfn, allowed_lateness=Duration.of(gc))
+        key_coder, value_coder = _kv_coders(pcoll, self.label)
+        # Open past our own cleanup, so that late values reach the dead letters.
+        kept = pcoll | "KeepLateData" >> _keep_late_data(pcoll, Duration.of(gc))
         return kept | "Panes" >> _LatePanes(self._trigger, self._cleanup, self._budget,
                                             key_coder, value_coder)
-
-
-def _kv_coders(pcoll: beam.PCollection) -> tuple[coders.Coder, coders.Coder]:
-    """Key and value coders of ``(key, value)`` input; the key coder is
-    deterministic, as GroupByKey's, because windows are grouped by its bytes."""
-    coder = coders.registry.get_coder(pcoll.element_type)
-    if not coder.is_kv_coder():
-        coder = coders.FastPrimitivesCoder()
-    return (coder.key_coder().as_deterministic_coder("LateWindowedGroupByKey key"),
-            coder.value_coder())
 
 
 class _LatePanes(beam.PTransform):
@@ -138,9 +132,9 @@ class _LatePanes(beam.PTransform):
                 **native_annotations(NATIVE_URN, pickle.dumps(self._config))}
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        trigger, cleanup = self._config[:2]
+        trigger, cleanup, _, key_coder, _ = self._config
         # Only event-driven triggers need _EventPaneFn's processing-time
         # timer, which sends the DirectRunner to its bundle-based runner.
         fn = _PaneFn if isinstance(trigger, ScheduledLateTrigger) else _EventPaneFn
-        return pcoll | "LatePaneFn" >> beam.ParDo(
-            fn(trigger, cleanup, accumulate=True, namespace=METRICS_NAMESPACE))
+        return pcoll | "LatePaneFn" >> _ByEncodedKey(
+            fn(trigger, cleanup, accumulate=True, namespace=METRICS_NAMESPACE), key_coder)

@@ -7,7 +7,13 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows, NonMergingWindowFn
 from apache_beam.utils.timestamp import Duration
 
-from beam_ext.transforms.lateness._beam_panes import _LatePaneTransform, _PaneFn
+from beam_ext.transforms.lateness._beam_panes import (
+    _ByEncodedKey,
+    _keep_late_data,
+    _kv_coders,
+    _LatePaneTransform,
+    _PaneFn,
+)
 from beam_ext.transforms.lateness.triggers import FixedLateness
 from beam_ext.transforms.staleness._trigger import StalenessTrigger
 
@@ -88,6 +94,5 @@ class StalenessRefire(_LatePaneTransform):
         plan = _PlannedOffsets(tuple(float(x) for x in self._trigger.late_firing_offsets(self._t)))
         panes = _PaneFn(plan, FixedLateness(self._t), self._accumulate, self._NAMESPACE)
         return (pcoll
-                | "KeepStateForLateness" >> beam.WindowInto(
-                    windowfn, allowed_lateness=Duration(2 * self._t))
-                | "Refire" >> beam.ParDo(panes))
+                | "KeepStateForLateness" >> _keep_late_data(pcoll, Duration(2 * self._t))
+                | "Refire" >> _ByEncodedKey(panes, _kv_coders(pcoll, self.label)[0]))
