@@ -11,7 +11,6 @@ import sys
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing.test_stream import TestStream
 
 from beam_ext.runner import PipelineError, SparkRunner, SparkUnavailableError
 from beam_ext.runner.options import parse_spark_conf
@@ -94,21 +93,6 @@ def test_default_local_master_retries_a_dead_worker_not_forever_a_user_error(tmp
     assert error.startswith("Beam step 'FailOnThree' failed on Spark:")
     assert "ValueError: bad element 3" in error
     assert report["attempts"] == 4  # a deterministic failure is tried 4 times, no more
-
-
-def test_streaming_is_refused_clearly():
-    options = PipelineOptions(["--streaming"])
-    with pytest.raises(NotImplementedError, match="--streaming is not supported yet"):
-        with beam.Pipeline(runner=SparkRunner(), options=options) as p:
-            _ = p | beam.Create([1])
-
-
-def test_test_stream_with_late_data_is_refused(spark):
-    stream = (TestStream().advance_watermark_to(10).add_elements(
-        [beam.window.TimestampedValue("late", 5)]))
-    with pytest.raises(NotImplementedError, match="behind the watermark"):
-        with beam.Pipeline(runner=SparkRunner()) as p:
-            _ = p | stream | beam.Map(lambda x: x)
 
 
 def test_runner_by_dotted_path_uses_the_active_session(spark, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 from apache_beam.options.pipeline_options import PipelineOptions
 
 _STATE_BACKENDS = ("memory", "spill")
+_WATERMARK_MODES = ("min", "tracker")
 # Options that must be positive integers when set (None: Spark's default).
 _POSITIVE_OPTIONS = ("spark_parallelism", "spark_bundle_size", "spark_state_memory")
 # Spark counts an RDD's partitions in a Java int.
@@ -62,6 +63,26 @@ class SparkRunnerOptions(PipelineOptions):
             default=64 << 20,
             help="Input, in bytes, of one Beam bundle inside a Spark task: a bundle closes "
             "once its elements reach this size (1: one element per bundle).")
+        parser.add_argument(
+            "--checkpoint_dir",
+            default=None,
+            help="Streaming: where state versions and the commit log live. A job restarted "
+            "with the same directory resumes after its last committed micro-batch. Must be "
+            "visible to every executor (a shared filesystem on a cluster). Default: a "
+            "temporary directory, deleted when the pipeline ends.")
+        parser.add_argument(
+            "--watermarks",
+            choices=_WATERMARK_MODES,
+            default="min",
+            help="Streaming: how stage watermarks are computed: 'min' (the minimum of the "
+            "inputs' output watermarks, per micro-batch) or 'tracker' (end-of-substream "
+            "notifications from beam_ext.watermark's tracking service).")
+        parser.add_argument(
+            "--spark_batch_interval",
+            type=float,
+            default=0.2,
+            help="Streaming: seconds to wait before polling the sources again after a "
+            "micro-batch that had nothing to do.")
 
 
 def check_options(options: SparkRunnerOptions) -> None:
@@ -89,6 +110,12 @@ def check_options(options: SparkRunnerOptions) -> None:
         raise ValueError(f"--spark_state_backend must be one of "
                          f"{', '.join(map(repr, _STATE_BACKENDS))}, "
                          f"got {options.spark_state_backend!r}")
+    if options.watermarks not in _WATERMARK_MODES:
+        raise ValueError(f"--watermarks must be one of {', '.join(map(repr, _WATERMARK_MODES))}, "
+                         f"got {options.watermarks!r}")
+    interval = options.spark_batch_interval
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= 0:
+        raise ValueError(f"--spark_batch_interval must be a number of seconds >= 0, got {interval!r}")
     if isinstance(options.spark_conf, str):
         # A lone string would be read entry by entry, one character each.
         raise ValueError(f"--spark_conf expects a list of KEY=VALUE entries, "

@@ -6,6 +6,7 @@ import time
 
 from apache_beam.options import pipeline_options
 from apache_beam.portability import common_urns, python_urns
+from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import runner
 from apache_beam.runners.pipeline_utils import (
     group_by_key_input_visitor,
@@ -16,7 +17,8 @@ from apache_beam.runners.pipeline_utils import (
 from apache_beam.transforms import environments
 
 from beam_ext.runner._metrics import SparkMetrics
-from beam_ext.runner.executors import BatchExecutor
+from beam_ext.runner._streaming_result import SparkStreamingResult
+from beam_ext.runner.executors import BatchExecutor, StreamingExecutor
 from beam_ext.runner.options import SparkRunnerOptions, check_options
 from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline
 from beam_ext.runner.session import get_or_create_session
@@ -76,10 +78,8 @@ class SparkRunner(runner.PipelineRunner):
         self._is_drain = is_drain
 
     def run_pipeline(self, pipeline, options: pipeline_options.PipelineOptions):
-        if options.view_as(pipeline_options.StandardOptions).streaming:
-            raise NotImplementedError(
-                "SparkRunner runs batch pipelines; --streaming is not supported yet")
-        pipeline.replace_all([TestStreamAsBoundedSource()])
+        if not _is_streaming(pipeline, options):
+            pipeline.replace_all([TestStreamAsBoundedSource()])
         pipeline.visit(group_by_key_input_visitor(
             not options.view_as(pipeline_options.TypeOptions).allow_non_deterministic_key_coders))
         proto = pipeline.to_runner_api(
@@ -97,15 +97,57 @@ class SparkRunner(runner.PipelineRunner):
                 env, python_urns.EMBEDDED_PYTHON, common_urns.environments.EXTERNAL.urn,
                 common_urns.environments.DOCKER.urn))
         job_name = options.view_as(pipeline_options.GoogleCloudOptions).job_name or "beam_ext"
+        streaming = _proto_is_streaming(proto, options)
         spark = get_or_create_session(spark_options, job_name)
         parallelism = spark_options.spark_parallelism or spark.sparkContext.defaultParallelism
         plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism,
                              spark_options.spark_state_backend, spark_options.spark_state_memory,
-                             is_drain=self._is_drain)
-        _LOG.info("Running %d stages on Spark (%s, parallelism %d)", len(plan.stages),
-                  spark.sparkContext.master, parallelism)
+                             is_drain=self._is_drain, streaming=streaming)
+        _LOG.info("Running %d stages on Spark (%s, parallelism %d%s)", len(plan.stages),
+                  spark.sparkContext.master, parallelism, ", streaming" if streaming else "")
+        if streaming:
+            executor = StreamingExecutor(spark, plan, parallelism, spark_options.checkpoint_dir,
+                                         spark_options.spark_batch_interval)
+            return SparkStreamingResult(executor)
         start = time.monotonic()
         execution = BatchExecutor(spark, plan, parallelism)
         execution.run()
         _LOG.info("Pipeline done in %.2fs", time.monotonic() - start)
         return SparkPipelineResult(runner.PipelineState.DONE, execution.monitoring)
+
+
+def _is_streaming(pipeline, options: pipeline_options.PipelineOptions) -> bool:
+    """``--streaming``, an unbounded source, or a TestStream that batch cannot replay."""
+    if options.view_as(pipeline_options.StandardOptions).streaming:
+        return True
+    from apache_beam.pipeline import PipelineVisitor
+    from apache_beam.testing.test_stream import TestStream
+
+    from beam_ext.runner.planning._test_stream import _batch_elements
+
+    found = []
+
+    class _Unbounded(PipelineVisitor):
+        def visit_transform(self, node):
+            if isinstance(node.transform, TestStream):
+                try:
+                    _batch_elements(node.transform)
+                except NotImplementedError as e:
+                    found.append(str(e))
+            elif any(getattr(out, "is_bounded", True) is False for out in node.outputs.values()):
+                found.append(f"{node.full_label} is unbounded")
+
+    pipeline.visit(_Unbounded())
+    if found:
+        _LOG.info("running in streaming mode: %s", found[0])
+    return bool(found)
+
+
+def _proto_is_streaming(proto, options: pipeline_options.PipelineOptions) -> bool:
+    """For a Runner API proto: ``--streaming``, or a TestStream or unbounded PCollection left in it."""
+    if options.view_as(pipeline_options.StandardOptions).streaming:
+        return True
+    return any(t.spec.urn == common_urns.primitives.TEST_STREAM.urn
+               for t in proto.components.transforms.values()) or any(
+        p.is_bounded == beam_runner_api_pb2.IsBounded.UNBOUNDED
+        for p in proto.components.pcollections.values())

@@ -3,17 +3,18 @@
 An executor takes a plan and a SparkSession, runs it, and keeps the Beam
 monitoring infos of each stage for the pipeline result. The batch executor
 runs every stage once, as Spark jobs, each task under the watermark +inf.
-A streaming executor runs the same plan in micro-batches, passing each task
-the watermark its stage runs under (``run_stage_partition(...,
-watermark=...)``) and keeping keyed state and pending timers between them.
+The streaming executor runs the same plan in micro-batches, passing each
+task the watermarks its stage runs under and keeping keyed state, pending
+timers and SDF residuals between them, versioned under the checkpoint.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping, Protocol
 
 from beam_ext.runner.executors._batch import BatchExecutor
+from beam_ext.runner.executors._streaming import StreamingExecutor
 
-__all__ = ["BatchExecutor", "Executor"]
+__all__ = ["BatchExecutor", "Executor", "StreamingExecutor"]
 
 
 class Executor(Protocol):

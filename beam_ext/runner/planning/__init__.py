@@ -7,25 +7,34 @@ proto, then Beam's translation phases with ours among them), :mod:`._stages`
 """
 from __future__ import annotations
 
+from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
 from beam_ext.runner.planning._phases import RUNNER_URNS, check_supported, optimize_phases, substitute_natives
 from beam_ext.runner.planning._stages import GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner
-from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource
+from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource, TestStreamSpec
 
 __all__ = ["GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
-           "TestStreamAsBoundedSource", "plan_pipeline"]
+           "TestStreamAsBoundedSource", "TestStreamSpec", "plan_pipeline"]
 
 
 def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   partitions: int, state_backend: str = "memory",
-                  state_memory_bytes: int = 256 << 20, is_drain: bool = False) -> Plan:
-    """Plans ``proto`` (modified in place by native substitution)."""
-    native_urns = substitute_natives(proto)
-    check_supported(proto, native_urns)
+                  state_memory_bytes: int = 256 << 20, is_drain: bool = False,
+                  streaming: bool = False) -> Plan:
+    """Plans ``proto`` (modified in place by native substitution).
+
+    ``streaming``: TestStream stays a runner-executed source, and composites
+    keep their Beam expansion (the Spark-native implementations are batch jobs).
+    """
+    native_urns = frozenset() if streaming else substitute_natives(proto)
+    runner_urns = RUNNER_URNS | native_urns
+    if streaming:
+        runner_urns |= {common_urns.primitives.TEST_STREAM.urn}
+    check_supported(proto, runner_urns)
     context, stages = translations.create_and_optimize_stages(
-        proto, phases=optimize_phases(), known_runner_urns=RUNNER_URNS | native_urns,
+        proto, phases=optimize_phases(), known_runner_urns=runner_urns,
         is_drain=is_drain)
     planner = StagePlanner(context, native_urns, bundle_bytes, partitions)
     planner.state = (state_backend, state_memory_bytes)

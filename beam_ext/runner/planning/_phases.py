@@ -118,9 +118,9 @@ def _input_window_fn(proto: beam_runner_api_pb2.Pipeline,
     return components.windowing_strategies[strategy].window_fn.urn
 
 
-def check_supported(proto: beam_runner_api_pb2.Pipeline, native_urns: frozenset[str]) -> None:
+def check_supported(proto: beam_runner_api_pb2.Pipeline, runner_urns: frozenset[str]) -> None:
     """Refuses, naming the transform, any leaf neither Beam's worker nor the runner can run."""
-    known = (set(bundle_processor.BeamTransformFactory._known_urns) | RUNNER_URNS | native_urns
+    known = (set(bundle_processor.BeamTransformFactory._known_urns) | RUNNER_URNS | runner_urns
              | {common_urns.primitives.IMPULSE.urn} | set(translations.KNOWN_COMPOSITES)
              # Composites whose expansion turned out empty (e.g. a reshuffle
              # that was not needed) are leaves carrying no work.
@@ -129,7 +129,7 @@ def check_supported(proto: beam_runner_api_pb2.Pipeline, native_urns: frozenset[
     for transform in leaves:
         urn = transform.spec.urn
         if urn and urn not in known:
-            hint = (" (streaming pipelines are not supported yet)"
+            hint = (" (TestStream needs --streaming)"
                     if urn == common_urns.primitives.TEST_STREAM.urn else "")
             raise NotImplementedError(
                 f"SparkRunner cannot run transform {transform.unique_name!r}: "

@@ -21,6 +21,7 @@ from apache_beam.utils import proto_utils
 
 from beam_ext.runner._shuffle import ShuffleWriter
 from beam_ext.runner.planning._phases import SDF_PROCESS_URN
+from beam_ext.runner.planning._test_stream import TestStreamSpec, test_stream_spec
 from beam_ext.runner.worker import StageSpec
 
 
@@ -66,6 +67,13 @@ class PlannedStage:
     steps: tuple[str, ...] = ()  # the user's top-level steps fused here, for errors
     keyed: bool = False  # stateful: partition input by key first
     spread: bool = False  # SDF processing: spread input elements over partitions
+    test_stream: TestStreamSpec | None = None  # streaming: the runner replays its events
+
+    @property
+    def keeps_state(self) -> bool:
+        """Whether the stage has anything to keep between micro-batches
+        (user state, timers, SDF residuals)."""
+        return self.spec is not None and (self.keyed or self.spread or bool(self.spec.timer_families))
 
 
 @dataclasses.dataclass
@@ -129,8 +137,10 @@ class StagePlanner:
 
     def _plan_stage(self, stage: Stage) -> PlannedStage:
         inputs, outputs, input_ids, output_ids, input_coders = [], [], [], {}, []
+        output_pcolls: list[str] = []
         shuffle_writers = {}
         native_transform = None
+        test_stream = None
         side_inputs: list[SideInputSpec] = []
         for transform in stage.transforms:
             urn = transform.spec.urn
@@ -149,7 +159,10 @@ class StagePlanner:
                     group = self._group_spec(buffer_id)
                     shuffle_writers[len(outputs)] = ShuffleWriter(group.pre_coder, group.trivial)
                 outputs.append(buffer_id)
+                output_pcolls.append(pcoll)
                 self._set_port(transform, pcoll)
+            elif urn == common_urns.primitives.TEST_STREAM.urn:
+                test_stream = transform
             elif urn in self._native_urns:
                 native_transform = transform
             elif urn in translations.PAR_DO_URNS:
@@ -169,6 +182,11 @@ class StagePlanner:
         planned = PlannedStage(name=stage.name, inputs=inputs, outputs=outputs,
                                input_coders=input_coders, side_inputs=side_inputs,
                                steps=_user_steps(stage))
+        if test_stream is not None:
+            planned.test_stream = test_stream_spec(
+                test_stream, output_pcolls, self._pipeline_context, self._channel_coder)
+            planned.steps = (test_stream.unique_name,)
+            return planned
         if native_transform is not None:
             planned.native = self._native_spec(native_transform)
             planned.steps = (native_transform.unique_name,)

@@ -88,7 +88,8 @@ class _TaskWorker:
         self._worker = sdk_worker.SdkWorker(self._cache)
         self._monitoring: list = []
         self._pending_timers: dict[tuple[str, str], dict] = {}
-        self._residuals: dict[str, list[bytes]] = {}
+        # input transform id -> residual roots (DelayedBundleApplication) to feed back
+        self._residuals: dict[str, list] = {}
         self._buckets = {index: Buckets(spec.partitions) for index in spec.shuffle_writers}
 
     def close(self) -> None:
@@ -125,7 +126,7 @@ class _TaskWorker:
         for delayed in result.residual_roots:
             reader = self._input_for(delayed.application.transform_id,
                                      delayed.application.input_id)
-            self._residuals.setdefault(reader, []).append(delayed.application.element)
+            self._residuals.setdefault(reader, []).append(delayed)
         if result.requires_finalization:
             finalized = self._worker.do_instruction(beam_fn_api_pb2.InstructionRequest(
                 finalize_bundle=beam_fn_api_pb2.FinalizeBundleRequest(
@@ -161,13 +162,22 @@ class _TaskWorker:
             else:
                 table[ident] = timer
 
-    def _take_timers(self, watermark: Timestamp) -> dict[tuple[str, str], bytes]:
-        """Removes and encodes the timers due under ``watermark``, per family."""
+    def _take_timers(self, watermark: Timestamp,
+                     processing_time: Timestamp | None = None) -> dict[tuple[str, str], bytes]:
+        """Removes and encodes the timers due, per family.
+
+        Event-time timers are due under ``watermark``. Processing-time timers
+        are due at ``processing_time``; without one (batch), at the end of
+        input (``watermark`` +inf).
+        """
         fired: dict[tuple[str, str], bytes] = {}
         at_end = watermark >= MAX_TIMESTAMP
         for family, table in self._pending_timers.items():
             if family in self._spec.processing_time_timers:
-                due = list(table) if at_end else []
+                if processing_time is None:
+                    due = list(table) if at_end else []
+                else:
+                    due = [ident for ident, t in table.items() if t.fire_timestamp <= processing_time]
             else:
                 due = [ident for ident, t in table.items() if t.fire_timestamp <= watermark]
             if not due:
@@ -188,7 +198,9 @@ class _TaskWorker:
             timers = {} if residuals else self._take_timers(watermark)
             if not residuals and not timers:
                 return
-            yield from self.run_bundle(residuals, timers)
+            yield from self.run_bundle(
+                {reader: [d.application.element for d in roots] for reader, roots in residuals.items()},
+                timers)
 
     def _input_for(self, transform_id: str, input_id: str) -> str:
         transforms = self._descriptor.transforms

@@ -1,0 +1,73 @@
+"""State kept between micro-batches: one file per (owner, partition, batch) under the checkpoint.
+
+The layout follows Spark's own HDFS-backed state store: each micro-batch
+writes a new version of every partition it touched, next to the previous
+one, and the driver's commit log says which version is current. A task that
+fails, or a batch that is replayed after a crash, reads the committed
+version and writes its own again (rename makes the write atomic), so a
+replay cannot see half of a batch. The driver prunes versions no commit
+refers to.
+
+A Python worker keeps the versions it wrote in memory: Spark reuses
+workers, so the next batch of the same partition usually reads no file.
+The cached object is handed out once (popped), so a task that fails midway
+cannot leave a half-updated copy behind for its retry.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from typing import Any
+
+_CACHE: dict[tuple[str, str, int, int], bytes] = {}
+_CACHE_LIMIT = 64
+_VERSION_FILE = re.compile(r"^(\d+)\.bin$")
+
+
+def _path(root: str, owner: str, partition: int, version: int) -> str:
+    return os.path.join(root, owner, str(partition), f"{version}.bin")
+
+
+def read(root: str, owner: str, partition: int, version: int) -> Any | None:
+    """The state ``owner`` saved for ``partition`` in batch ``version``, or None."""
+    blob = _CACHE.pop((root, owner, partition, version), None)
+    if blob is None:
+        try:
+            with open(_path(root, owner, partition, version), "rb") as f:
+                blob = f.read()
+        except FileNotFoundError:
+            return None
+    return pickle.loads(blob)
+
+
+def write(root: str, owner: str, partition: int, version: int, state: Any) -> None:
+    """Saves ``state`` as batch ``version`` of ``(owner, partition)``, atomically."""
+    blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    path = _path(root, owner, partition, version)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    if len(_CACHE) >= _CACHE_LIMIT:
+        _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[(root, owner, partition, version)] = blob
+
+
+def prune(root: str, owner: str, keep: set[int]) -> None:
+    """Deletes the versions of ``owner`` (every partition) not in ``keep``."""
+    base = os.path.join(root, owner)
+    if not os.path.isdir(base):
+        return
+    for partition in os.listdir(base):
+        directory = os.path.join(base, partition)
+        for name in os.listdir(directory):
+            match = _VERSION_FILE.match(name)
+            if (match and int(match.group(1)) not in keep) or name.endswith(".tmp"):
+                try:
+                    os.remove(os.path.join(directory, name))
+                except FileNotFoundError:
+                    pass

@@ -1,0 +1,186 @@
+"""One micro-batch of one stage inside one Spark task, for the streaming executor.
+
+The task is the batch task worker (:mod:`._task`) with what a stage keeps
+between micro-batches restored before and saved after: user state, pending
+timers and deferred SDF residuals of its partition, versioned by batch in
+the job's checkpoint directory (:mod:`beam_ext.runner.state._versioned`).
+
+Order inside a micro-batch is the Python DirectRunner's: new elements are
+processed under the watermark the stage had *before* this batch (they were
+sent while it held), then timers fire under the new input watermark and the
+batch's processing time, until nothing more is due. SDF residuals wait for
+the next micro-batch (their requested delay, counted in processing time), so
+an unbounded read never loops inside one task.
+
+The task ends with one summary record: the partition's watermark hold and
+when it next has work (earliest timer, earliest residual), which the driver
+needs to compute output watermarks and to skip stages with nothing to do.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Iterator, Mapping
+
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
+
+from beam_ext.runner.state import _versioned as versioned
+from beam_ext.runner.worker._task import METRICS_OUTPUT, StageSpec, _bundles, _TaskWorker
+
+SUMMARY_OUTPUT = -2  # output index of the record carrying the task's summary
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchContext:
+    """What the driver tells every task of one stage in one micro-batch."""
+
+    batch: int
+    owner: str  # the stage's key in the checkpoint directory
+    state_root: str | None  # None: the stage keeps nothing between batches
+    read_version: int | None  # batch whose saved state to restore (None: fresh)
+    previous_watermark: Timestamp  # input watermark before this batch: elements run under it
+    watermark: Timestamp  # input watermark after this batch: timers fire under it
+    processing_time: Timestamp
+
+
+@dataclasses.dataclass
+class TaskSummary:
+    """What one task reports besides its outputs and metrics."""
+
+    hold: Timestamp = MAX_TIMESTAMP  # the partition's output watermark hold
+    next_event_timer: Timestamp = MAX_TIMESTAMP
+    next_processing_timer: Timestamp = MAX_TIMESTAMP
+    next_resume: Timestamp = MAX_TIMESTAMP  # earliest deferred residual
+    output_bytes: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def merge(self, other: TaskSummary) -> TaskSummary:
+        bytes_ = dict(self.output_bytes)
+        for index, n in other.output_bytes.items():
+            bytes_[index] = bytes_.get(index, 0) + n
+        return TaskSummary(
+            min(self.hold, other.hold), min(self.next_event_timer, other.next_event_timer),
+            min(self.next_processing_timer, other.next_processing_timer),
+            min(self.next_resume, other.next_resume), bytes_)
+
+    def has_due_work(self, watermark: Timestamp, processing_time: Timestamp) -> bool:
+        return (self.next_event_timer <= watermark or self.next_processing_timer <= processing_time
+                or self.next_resume <= processing_time)
+
+
+class _StreamingTaskWorker(_TaskWorker):
+    """The batch task worker plus state restored from and saved to a version."""
+
+    def restore(self, saved: Mapping[str, Any]) -> None:
+        self._state._state.update(saved["state"])
+        for family, encoded in saved["timers"].items():
+            impl = self._spec.timer_coders[family].get_impl()
+            table = self._pending_timers.setdefault(family, {})
+            for timer in impl.decode_all(encoded):
+                table[(timer.user_key, timer.dynamic_timer_tag, timer.windows[0])] = timer
+        self._deferred = list(saved["deferred"])
+
+    def save(self) -> dict[str, Any]:
+        timers = {}
+        for family, table in self._pending_timers.items():
+            if table:
+                impl = self._spec.timer_coders[family].get_impl()
+                out = create_OutputStream()
+                for timer in table.values():
+                    impl.encode_to_stream(timer, out, True)
+                timers[family] = out.get()
+        return {"state": {k: list(v) for k, v in self._state._state.items() if v},
+                "timers": timers, "deferred": self._deferred}
+
+    def defer_residuals(self, now: Timestamp) -> None:
+        """Moves this batch's residuals to the deferred list, due after their delay."""
+        for reader, roots in self._residuals.items():
+            for delayed in roots:
+                delay = Timestamp.of(delayed.requested_time_delay.ToNanoseconds() / 1e9)
+                watermarks = [Timestamp.from_proto(w)
+                              for w in delayed.application.output_watermarks.values()]
+                self._deferred.append(
+                    (reader, delayed.application.SerializeToString(), now + delay,
+                     min(watermarks) if watermarks else MIN_TIMESTAMP))
+        self._residuals = {}
+
+    def take_due_residuals(self, now: Timestamp) -> dict[str, list[bytes]]:
+        due: dict[str, list[bytes]] = {}
+        keep = []
+        for entry in self._deferred:
+            reader, application, resume_at, _ = entry
+            if resume_at <= now:
+                due.setdefault(reader, []).append(
+                    beam_fn_api_pb2.BundleApplication.FromString(application).element)
+            else:
+                keep.append(entry)
+        self._deferred = keep
+        return due
+
+    def fire_due(self, watermark: Timestamp, now: Timestamp) -> Iterator[tuple[int, Any]]:
+        """Fires timers due under ``watermark`` and ``now`` until none is left."""
+        while True:
+            timers = self._take_timers(watermark, now)
+            if not timers:
+                return
+            yield from self.run_bundle({}, timers)
+
+    def summary(self) -> TaskSummary:
+        summary = TaskSummary()
+        for family, table in self._pending_timers.items():
+            if not table:
+                continue
+            fires = min(t.fire_timestamp for t in table.values())
+            if family in self._spec.processing_time_timers:
+                summary.next_processing_timer = min(summary.next_processing_timer, fires)
+            else:
+                summary.next_event_timer = min(summary.next_event_timer, fires)
+                # A pending event-time timer holds its output timestamp back.
+                summary.hold = min(summary.hold, min(t.hold_timestamp for t in table.values()))
+        for _, _, resume_at, watermark in self._deferred:
+            summary.next_resume = min(summary.next_resume, resume_at)
+            summary.hold = min(summary.hold, watermark)
+        return summary
+
+
+def run_streaming_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | None,
+                            context: BatchContext, partition: int,
+                            records: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
+    """Runs ``spec`` over one partition's records of one micro-batch.
+
+    Yields what :func:`~beam_ext.runner.worker.run_stage_partition` yields,
+    then ``(SUMMARY_OUTPUT, TaskSummary)``.
+    """
+    worker = _StreamingTaskWorker(spec, side_inputs or {})
+    worker._deferred = []
+    try:
+        if context.state_root is not None and context.read_version is not None:
+            saved = versioned.read(context.state_root, context.owner, partition, context.read_version)
+            if saved is not None:
+                worker.restore(saved)
+        output_bytes: dict[int, int] = {}
+
+        def counted(outputs):
+            for index, data in outputs:
+                if index >= 0:
+                    size = len(data) if isinstance(data, bytes) else len(data[1])
+                    output_bytes[index] = output_bytes.get(index, 0) + size
+                yield index, data
+
+        now = context.processing_time
+        for bundle in _bundles(spec, records):
+            yield from counted(worker.run_bundle(bundle, {}))
+        due = worker.take_due_residuals(now)
+        if due:
+            yield from counted(worker.run_bundle(due, {}))
+        yield from counted(worker.fire_due(context.watermark, now))
+        worker.defer_residuals(now)
+        yield from counted(worker.flush_shuffles())
+        if context.state_root is not None:
+            versioned.write(context.state_root, context.owner, partition, context.batch, worker.save())
+        summary = worker.summary()
+        summary.output_bytes = output_bytes
+        yield METRICS_OUTPUT, worker.monitoring_infos()
+        yield SUMMARY_OUTPUT, summary
+    finally:
+        worker.close()

@@ -1,0 +1,124 @@
+"""GroupByKey in streaming: panes from Beam's trigger driver, state kept per key between batches.
+
+This is the Python DirectRunner's streaming GroupAlsoByWindow
+(``_StreamingGroupAlsoByWindowEvaluator``) inside a Spark task: one
+``InMemoryUnmergedState`` per key, Beam's ``GeneralTriggerDriver`` deciding
+panes, elements processed under the input watermark the group had before
+this batch, then timers (end of window, garbage collection, processing-time
+triggers) fired under the new one. The per-key states of a partition are
+saved as one version per batch, like a stage's (:mod:`._streaming`).
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Iterable, Iterator
+
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.transforms import trigger
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
+
+from beam_ext.runner._shuffle import unpack
+from beam_ext.runner.state import _versioned as versioned
+from beam_ext.runner.worker._streaming import SUMMARY_OUTPUT, BatchContext, TaskSummary
+
+_CHUNK_BYTES = 4 << 20
+
+
+class _BatchClock:
+    """Processing time as the driver fixed it for this batch (a TestStream's or the wall clock's)."""
+
+    def __init__(self, now: Timestamp) -> None:
+        self._now = float(now)
+
+    def time(self) -> float:
+        return self._now
+
+
+def _freeze(state: trigger.InMemoryUnmergedState) -> tuple:
+    # The state's defaultdicts hold lambdas, which do not pickle.
+    return ({w: dict(t) for w, t in state.timers.items()},
+            {w: dict(tags) for w, tags in state.state.items()},
+            dict(state.global_state))
+
+
+def _thaw(frozen: tuple) -> trigger.InMemoryUnmergedState:
+    state = trigger.InMemoryUnmergedState()
+    timers, tagged, global_state = frozen
+    for window, table in timers.items():
+        state.timers[window].update(table)
+    for window, tags in tagged.items():
+        state.state[window].update(tags)
+    state.global_state.update(global_state)
+    return state
+
+
+def run_streaming_group(group: Any, context: BatchContext, previous_output_watermark: Timestamp,
+                        partition: int, blobs: Iterable[bytes]) -> Iterator[tuple[int, Any]]:
+    """Groups one shuffled partition of one batch; yields ``(0, chunk)`` and a summary."""
+    saved = versioned.read(context.state_root, context.owner, partition, context.read_version) \
+        if context.read_version is not None else None
+    states = {key: _thaw(frozen) for key, frozen in (saved or {}).items()}
+    driver = trigger.create_trigger_driver(group.windowing, clock=_BatchClock(context.processing_time))
+    pre_impl = group.pre_coder.get_impl()
+    key_impl = group.pre_coder.wrapped_value_coder.key_coder().get_impl()
+    out_impl = group.post_coder.get_impl()
+    out = create_OutputStream()
+    written = 0
+
+    def emit(key, panes):
+        nonlocal out, written
+        for pane in panes:
+            out_impl.encode_to_stream(pane.with_value((key, pane.value)), out, True)
+        if out.size() >= _CHUNK_BYTES:
+            written += out.size()
+            chunk, out = out.get(), create_OutputStream()
+            return [chunk]
+        return []
+
+    by_key: dict[bytes, list] = collections.defaultdict(list)
+    for encoded_key, element in unpack(blobs):
+        wv = pre_impl.decode_nested(element)
+        by_key[encoded_key].append(wv.with_value(wv.value[1]))
+    for encoded_key, values in by_key.items():
+        state = states.get(encoded_key)
+        if state is None:
+            state = states[encoded_key] = trigger.InMemoryUnmergedState()
+        key = key_impl.decode_nested(encoded_key)
+        for chunk in emit(key, driver.process_elements(
+                state, values, previous_output_watermark, context.previous_watermark)):
+            yield 0, chunk
+    now = float(context.processing_time)
+    for encoded_key, state in states.items():
+        key = None
+        while True:
+            fired, _ = state.get_timers(clear=True, watermark=context.watermark, processing_time=now)
+            if not fired:
+                break
+            if key is None:
+                key = key_impl.decode_nested(encoded_key)
+            for window, (name, domain, timestamp, _tag) in fired:
+                for chunk in emit(key, driver.process_timer(
+                        window, name, domain, timestamp, state, context.watermark)):
+                    yield 0, chunk
+    if out.size():
+        written += out.size()
+        yield 0, out.get()
+    summary = TaskSummary(output_bytes={0: written} if written else {})
+    kept = {}
+    for encoded_key, state in states.items():
+        if not state.state and not state.timers and not state.global_state:
+            continue  # the key's windows are all done: nothing to keep
+        kept[encoded_key] = _freeze(state)
+        summary.hold = min(summary.hold, state.get_earliest_hold())
+        for timers in state.timers.values():
+            for (_name, domain, _tag), timestamp in timers.items():
+                if domain == TimeDomain.REAL_TIME:
+                    summary.next_processing_timer = min(
+                        summary.next_processing_timer, Timestamp.of(timestamp))
+                else:
+                    summary.next_event_timer = min(summary.next_event_timer, Timestamp.of(timestamp))
+    versioned.write(context.state_root, context.owner, partition, context.batch, kept)
+    if summary.hold > MAX_TIMESTAMP:
+        summary.hold = MAX_TIMESTAMP
+    yield SUMMARY_OUTPUT, summary

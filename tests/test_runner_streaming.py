@@ -1,0 +1,194 @@
+"""Streaming on SparkRunner: results equal the DirectRunner's in streaming mode."""
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.coders import StrUtf8Coder, VarIntCoder
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms import trigger, userstate, window
+from apache_beam.transforms.timeutil import TimeDomain
+from pipeline_outputs import AppendLines, read_lines, streaming_equals_direct
+
+from beam_ext.runner import SparkRunner
+
+TV = window.TimestampedValue
+
+
+def _panes(pcoll):
+    return pcoll | "Panes" >> beam.Map(
+        lambda kv, w=beam.DoFn.WindowParam, p=beam.DoFn.PaneInfoParam:
+        [kv[0], sorted(kv[1]), str(w), p.timing, p.index, p.is_first, p.is_last])
+
+
+def test_late_data_gives_the_direct_runners_panes(spark, tmp_path):
+    def build(p):
+        stream = (TestStream()
+                  .add_elements([TV(("a", 1), 1), TV(("b", 2), 2)])
+                  .advance_watermark_to(5)
+                  .add_elements([TV(("a", 3), 3)])
+                  .advance_watermark_to(12)
+                  .add_elements([TV(("a", 4), 4), TV(("c", 5), 25)])  # one late, one early
+                  .advance_watermark_to(200)
+                  .add_elements([TV(("a", 6), 6)])  # past allowed lateness: dropped
+                  .advance_watermark_to_infinity())
+        return _panes(p | stream | beam.WindowInto(
+            window.FixedWindows(10), trigger=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+            allowed_lateness=100, accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+            | beam.GroupByKey())
+
+    panes = streaming_equals_direct(build, tmp_path)
+    assert ["a", [1, 3, 4], "[0.0, 10.0)", 2, 1, False, False] in panes  # the late pane
+    assert not any(6 in pane[1] for pane in panes)
+
+
+def test_processing_time_triggers_follow_the_test_stream_clock(spark, tmp_path):
+    def build(p):
+        stream = (TestStream()
+                  .add_elements([TV(("k", 1), 1)])
+                  .advance_processing_time(6)
+                  .add_elements([TV(("k", 2), 2)])
+                  .advance_processing_time(6)
+                  .advance_watermark_to_infinity())
+        return _panes(p | stream | beam.WindowInto(
+            window.FixedWindows(100),
+            trigger=trigger.AfterWatermark(early=trigger.AfterProcessingTime(5)),
+            accumulation_mode=trigger.AccumulationMode.DISCARDING) | beam.GroupByKey())
+
+    panes = streaming_equals_direct(build, tmp_path)
+    assert [pane[3] for pane in panes].count(0) == 2  # two early panes, then on time
+
+
+class _BufferUntilTimer(beam.DoFn):
+    """Buffers values per key and flushes them at an event-time timer (window end)."""
+
+    BUFFER = userstate.BagStateSpec("buffer", VarIntCoder())
+    FLUSH = userstate.TimerSpec("flush", TimeDomain.WATERMARK)
+
+    def process(self, kv, w=beam.DoFn.WindowParam, buffer=beam.DoFn.StateParam(BUFFER),
+                flush=beam.DoFn.TimerParam(FLUSH)):
+        buffer.add(kv[1])
+        flush.set(w.end)
+
+    @userstate.on_timer(FLUSH)
+    def on_flush(self, key=beam.DoFn.KeyParam, buffer=beam.DoFn.StateParam(BUFFER),
+                 ts=beam.DoFn.TimestampParam):
+        yield key, sorted(buffer.read()), float(ts)
+        buffer.clear()
+
+
+def test_stateful_dofn_timers_fire_under_the_watermark(spark, tmp_path):
+    def build(p):
+        stream = (TestStream()
+                  .add_elements([TV(("a", 1), 1), TV(("b", 2), 2)])
+                  .advance_watermark_to(5)
+                  .add_elements([TV(("a", 3), 3), TV(("a", 11), 11)])
+                  .advance_watermark_to(15)
+                  .add_elements([TV(("b", 12), 12)])
+                  .advance_watermark_to_infinity())
+        return (p | stream | beam.WindowInto(window.FixedWindows(10))
+                | beam.ParDo(_BufferUntilTimer()))
+
+    out = streaming_equals_direct(build, tmp_path)
+    assert ["a", [1, 3], 9.999999] in out and ["b", [12], 19.999999] in out
+
+
+class _CountWithState(beam.DoFn):
+    COUNT = userstate.ReadModifyWriteStateSpec("count", VarIntCoder())
+
+    def process(self, kv, count=beam.DoFn.StateParam(COUNT)):
+        n = (count.read() or 0) + 1
+        count.write(n)
+        yield kv[0], n
+
+
+def test_state_carries_over_micro_batches(spark, tmp_path):
+    def build(p):
+        stream = TestStream(coder=beam.coders.TupleCoder([StrUtf8Coder(), VarIntCoder()]))
+        for i in range(4):
+            stream = stream.add_elements([TV(("k", i), i), TV(("j", i), i)]).advance_watermark_to(i + 1)
+        return p | stream.advance_watermark_to_infinity() | beam.ParDo(_CountWithState())
+
+    out = streaming_equals_direct(build, tmp_path)
+    assert sorted(n for k, n in out if k == "k") == [1, 2, 3, 4]
+
+
+def test_running_result_state_metrics_and_cancel(spark, tmp_path):
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    counter = beam.metrics.Metrics.counter("test", "ticks")
+
+    def tick(x):
+        counter.inc()
+        return x
+
+    path = str(tmp_path / "out.jsonl")
+    p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
+        ["--streaming", "--spark_batch_interval=0.05"]))
+    _ = (p | PeriodicImpulse(fire_interval=0.2) | beam.Map(tick) | beam.Map(float)
+         | beam.ParDo(AppendLines(path)))
+    result = p.run()
+    assert result.state == PipelineState.RUNNING
+    assert result.wait_until_finish(duration=4000) == PipelineState.RUNNING
+    ticks = result.metrics().query(beam.metrics.MetricsFilter().with_name("ticks"))["counters"]
+    assert ticks and ticks[0].committed > 0  # live, while running
+    assert result.cancel() == PipelineState.CANCELLED
+    assert len(read_lines(path)) >= ticks[0].committed
+
+
+def test_periodic_impulse_with_a_stop_time_ends_by_itself(spark, tmp_path):
+    import time
+
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    start = time.time()
+
+    def build(p):
+        return (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 2, fire_interval=0.5)
+                | beam.Map(lambda t: round(float(t) - start, 3)))
+
+    out = streaming_equals_direct(build, tmp_path)
+    assert out == [0.0, 0.5, 1.0, 1.5]
+
+
+def test_a_restart_with_the_checkpoint_resumes_where_it_stopped(spark, tmp_path):
+    checkpoint = str(tmp_path / "ckpt")
+    stream = TestStream()
+    for i in range(6):
+        stream = stream.add_elements([TV(("k", i), i)]).advance_watermark_to(i + 1)
+    stream = stream.advance_watermark_to_infinity()
+
+    def build(p):
+        return _panes(p | stream | beam.WindowInto(window.FixedWindows(3)) | beam.GroupByKey())
+
+    expected_path = str(tmp_path / "expected.jsonl")
+    with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
+        _ = build(p) | beam.ParDo(AppendLines(expected_path))
+
+    path = str(tmp_path / "out.jsonl")
+    options = PipelineOptions(["--streaming", f"--checkpoint_dir={checkpoint}"])
+    first = beam.Pipeline(runner=SparkRunner(), options=options)
+    _ = build(first) | beam.ParDo(AppendLines(path))
+    result = first.run()
+    import os
+    import time
+    while not os.path.exists(os.path.join(checkpoint, "commits", "5.commit")):
+        assert result.state == PipelineState.RUNNING
+        time.sleep(0.05)
+    result.cancel()
+    assert len(read_lines(path)) < len(read_lines(expected_path))
+    with beam.Pipeline(runner=SparkRunner(), options=options) as second:
+        _ = build(second) | beam.ParDo(AppendLines(path))
+    assert read_lines(path) == read_lines(expected_path)
+
+
+def test_a_checkpoint_of_another_pipeline_is_refused(spark, tmp_path):
+    from beam_ext.runner.executors._commit_log import CheckpointMismatch
+
+    options = PipelineOptions(["--streaming", f"--checkpoint_dir={tmp_path}"])
+    with beam.Pipeline(runner=SparkRunner(), options=options) as p:
+        _ = p | TestStream().add_elements([1]) | beam.Map(lambda x: x)
+    with pytest.raises(CheckpointMismatch, match="another pipeline"):
+        with beam.Pipeline(runner=SparkRunner(), options=options) as p:
+            _ = p | TestStream().add_elements([1]) | beam.Map(lambda x: x) | beam.Map(str) | beam.Reshuffle()
