@@ -91,7 +91,7 @@ def test_stateful_dofn_timers_fire_under_the_watermark(spark, tmp_path):
                 | beam.ParDo(_BufferUntilTimer()))
 
     out = streaming_equals_direct(build, tmp_path)
-    assert ["a", [1, 3], 9.999999] in out and ["b", [12], 19.999999] in out
+    assert ["a", [1, 3], 10.0] in out and ["b", [12], 20.0] in out
 
 
 class _CountWithState(beam.DoFn):
@@ -130,9 +130,13 @@ def test_running_result_state_metrics_and_cancel(spark, tmp_path):
          | beam.ParDo(AppendLines(path)))
     result = p.run()
     assert result.state == PipelineState.RUNNING
-    assert result.wait_until_finish(duration=4000) == PipelineState.RUNNING
-    ticks = result.metrics().query(beam.metrics.MetricsFilter().with_name("ticks"))["counters"]
-    assert ticks and ticks[0].committed > 0  # live, while running
+    ticks = []
+    for _ in range(120):
+        assert result.wait_until_finish(duration=500) == PipelineState.RUNNING
+        ticks = result.metrics().query(beam.metrics.MetricsFilter().with_name("ticks"))["counters"]
+        if ticks and ticks[0].committed > 2:
+            break
+    assert ticks and ticks[0].committed > 2  # live, while running
     assert result.cancel() == PipelineState.CANCELLED
     assert len(read_lines(path)) >= ticks[0].committed
 

@@ -146,9 +146,10 @@ class StreamingExecutor(BatchExecutor):
         owners = [f"stage{n}" for n in range(len(self._plan.stages))] + list(self._group_owner.values())
         return all(progress.output_watermark(owner) >= MAX_TIMESTAMP for owner in owners)
 
-    def _now(self) -> Timestamp:
+    def _now(self, progress: Progress) -> Timestamp:
         if self._uses_test_clock:
-            return self.progress.test_clock if self.progress.test_clock is not None else Timestamp(0)
+            # Beam's TestClock starts at 0 and moves only with the TestStream.
+            return progress.test_clock if progress.test_clock is not None else Timestamp(0)
         return Timestamp.now()
 
     def _idle_wait(self) -> float:
@@ -186,7 +187,7 @@ class StreamingExecutor(BatchExecutor):
         start = time.monotonic()
         if self._uses_test_clock:
             self._advance_test_streams(progress)
-        now = self._now()
+        now = self._now(progress)
         try:
             for number, stage in enumerate(self._plan.stages):
                 self._sc.setJobDescription(f"beam_ext batch {batch} stage {number + 1}/"
@@ -266,8 +267,7 @@ class StreamingExecutor(BatchExecutor):
     def _buffer_watermark(self, buffer_id: bytes, progress: Progress) -> Timestamp:
         if buffer_id == IMPULSE_BUFFER:
             return MAX_TIMESTAMP  # the impulse is emitted in the first batch, then done
-        kind, _ = split_buffer_id(buffer_id)
-        if kind == "group":
+        if buffer_id in self._group_owner:
             return progress.output_watermark(self._group_owner[buffer_id])
         return self._produced_watermark(buffer_id, progress)
 
@@ -288,8 +288,7 @@ class StreamingExecutor(BatchExecutor):
             if self._batch_progress.impulse_done:
                 return self._sc.parallelize([], 1)
             return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
-        kind, _ = split_buffer_id(buffer_id)
-        if kind == "group":
+        if buffer_id in self._group_owner:
             return self._grouped.get(buffer_id) or self._sc.parallelize([], 1)
         return super()._read(buffer_id)
 
@@ -302,7 +301,7 @@ class StreamingExecutor(BatchExecutor):
                              now: Timestamp) -> None:
         owner = f"stage{number}"
         for buffer_id in stage.inputs:
-            if split_buffer_id(buffer_id)[0] == "group" and buffer_id not in self._grouped:
+            if buffer_id in self._group_owner and buffer_id not in self._grouped:
                 self._run_group(buffer_id, progress, now)
         previous = progress.input_watermark(owner)
         watermark = min((self._buffer_watermark(b, progress) for b in stage.inputs), default=MAX_TIMESTAMP)
