@@ -45,6 +45,14 @@ class Progress:
     side_inputs: dict[int, dict] = dataclasses.field(default_factory=dict)  # stage -> broadcast
     monitoring: dict[str, list[bytes]] = dataclasses.field(default_factory=dict)  # stage -> serialized infos
 
+    def successor(self) -> Progress:
+        """A copy to update during the next batch (this one stays as committed)."""
+        fields = {name: (dict(value) if isinstance(value, dict) else value)
+                  for name, value in vars(self).items()}
+        fields["batch"] = self.batch + 1
+        fields["monitoring"] = {}
+        return Progress(**fields)
+
     def input_watermark(self, owner: str) -> Timestamp:
         return self.input_watermarks.get(owner, MIN_TIMESTAMP)
 

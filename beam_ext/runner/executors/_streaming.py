@@ -22,6 +22,7 @@ anywhere replays at most the uncommitted batch, from the committed state.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -30,6 +31,7 @@ import shutil
 import tempfile
 import threading
 import time
+from typing import Any
 
 from apache_beam.metrics import monitoring_infos
 from apache_beam.portability.api import beam_fn_api_pb2, metrics_pb2
@@ -39,25 +41,24 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from beam_ext.runner._errors import translate_spark_error
 from beam_ext.runner._shuffle import ElementSplitter, identity_partition, unpack
-from beam_ext.runner.executors._batch import BatchExecutor, _keyed_blobs, _round_robin, _tag
+from beam_ext.runner.executors._batch import BatchExecutor, _AccumulatorParam, _keyed_blobs, _round_robin, _tag
 from beam_ext.runner.executors._commit_log import CommitLog, Progress
 from beam_ext.runner.executors._side_inputs import side_input_state
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.state import _versioned as versioned
-from beam_ext.runner.worker import METRICS_OUTPUT
-from beam_ext.runner.worker._streaming import SUMMARY_OUTPUT, BatchContext, TaskSummary, run_streaming_partition
+from beam_ext.runner.worker._streaming import BatchContext, TaskSummary, run_streaming_partition
 from beam_ext.runner.worker._streaming_group import run_streaming_group
 
 _LOG = logging.getLogger("beam_ext.runner")
 
 
-def _stage_task(spec, broadcast, context, partition, records):
+def _stage_task(spec, broadcast, context, report, partition, records):
     return run_streaming_partition(spec, broadcast.value if broadcast is not None else None,
-                                   context, partition, records)
+                                   context, report, partition, records)
 
 
-def _group_task(group, context, previous_output, partition, records):
-    return run_streaming_group(group, context, previous_output, partition,
+def _group_task(group, context, previous_output, report, partition, records):
+    return run_streaming_group(group, context, previous_output, report, partition,
                                (blob for _, blob in records))
 
 
@@ -104,6 +105,7 @@ class StreamingExecutor(BatchExecutor):
         self._uses_test_clock = any(s.test_stream is not None for s in plan.stages)
         self.progress = Progress()
         self._lock = threading.Lock()
+        self._reports = self._sc.accumulator({}, _LatestReport())
 
     def _fingerprint(self) -> str:
         names = "\n".join(s.name for s in self._plan.stages)
@@ -123,7 +125,7 @@ class StreamingExecutor(BatchExecutor):
                     for stage, infos in self.progress.monitoring.items()}
             while not self._stop.is_set() and not self.done():
                 start = time.monotonic()
-                worked = self._run_batch(self.progress.batch + 1)
+                worked = self._run_batch()
                 if not worked:
                     self._stop.wait(self._idle_wait())
                 else:
@@ -168,20 +170,18 @@ class StreamingExecutor(BatchExecutor):
         self._persisted = []
         self._buffers = {}
         self._grouped = {}
+        self._buffer_owners = {}
 
     # -- one micro-batch ---------------------------------------------------
-    def _run_batch(self, batch: int) -> bool:
-        progress = Progress(**{**vars(self.progress)})
-        progress.batch = batch
-        progress.input_watermarks = dict(self.progress.input_watermarks)
-        progress.output_watermarks = dict(self.progress.output_watermarks)
-        progress.summaries = dict(self.progress.summaries)
-        progress.state_versions = dict(self.progress.state_versions)
-        progress.test_stream_positions = dict(self.progress.test_stream_positions)
-        progress.source_watermarks = dict(self.progress.source_watermarks)
-        progress.side_inputs = dict(self.progress.side_inputs)
+    def _run_batch(self) -> bool:
+        progress = self.progress.successor()
+        batch = progress.batch
+        progress.monitoring = {}
         self._batch_progress = progress
-        self._written: set[bytes] = set()
+        self._pending: list[_Pending] = []
+        self._reached: list[tuple[str, tuple[bytes, ...]]] = []  # (owner, input buffers), in order
+        self._buffer_owners: dict[bytes, list[str]] = {}
+        self._reports.value = {}
         self._ran = 0
         self._input_count = 0
         start = time.monotonic()
@@ -190,13 +190,13 @@ class StreamingExecutor(BatchExecutor):
         now = self._now(progress)
         try:
             for number, stage in enumerate(self._plan.stages):
-                self._sc.setJobDescription(f"beam_ext batch {batch} stage {number + 1}/"
-                                           f"{len(self._plan.stages)}: {stage.name}")
                 if stage.test_stream is not None:
                     continue  # its output was emitted by _advance_test_streams
+                self._sc.setJobDescription(
+                    f"beam_ext batch {batch}: {', '.join(stage.steps) or stage.name}")
                 self._run_streaming_stage(number, stage, progress, now)
-            if not progress.impulse_done:
-                progress.impulse_done = True
+            self._settle(progress)
+            progress.impulse_done = True
             progress.monitoring = {stage: [info.SerializeToString() for info in infos]
                                    for stage, infos in self.monitoring.items()}
             self._log.commit(progress)
@@ -206,7 +206,7 @@ class StreamingExecutor(BatchExecutor):
             self.progress = progress
         finally:
             self._release()
-        worked = self._ran > 0 or bool(self._written)
+        worked = self._ran > 0 or self._input_count > 0
         if worked:
             self._log_batch(batch, progress, time.monotonic() - start)
         if self._uses_test_clock and not worked and self._test_streams_exhausted() and not self.done():
@@ -223,7 +223,8 @@ class StreamingExecutor(BatchExecutor):
 
     def _log_batch(self, batch: int, progress: Progress, seconds: float) -> None:
         marks = " ".join(
-            f"{stage.steps[0] if stage.steps else stage.name}={_format_watermark(progress.input_watermark(f'stage{n}'))}"
+            f"{(stage.steps or (stage.name,))[0]}="
+            f"{_format_watermark(progress.input_watermark(f'stage{n}'))}"
             for n, stage in enumerate(self._plan.stages) if stage.test_stream is None)
         lag = ""
         if not self._uses_test_clock:
@@ -250,8 +251,7 @@ class StreamingExecutor(BatchExecutor):
                 kind, index, value = spec.events[position]
                 progress.test_stream_positions[number] = position + 1
                 if kind == "elements":
-                    self._write(stage.outputs[index], self._sc.parallelize([value], 1))
-                    self._written.add(stage.outputs[index])
+                    self._write_from(owner, stage.outputs[index], self._sc.parallelize([value], 1))
                     self._input_count += spec.counts.get(position, 0)
                 elif kind == "watermark":
                     progress.source_watermarks[(number, index)] = max(
@@ -282,6 +282,56 @@ class StreamingExecutor(BatchExecutor):
                 marks.append(progress.output_watermark(f"stage{number}"))
         return min(marks, default=MAX_TIMESTAMP)
 
+    def _input_watermark(self, owner: str, inputs: tuple[bytes, ...], progress: Progress) -> Timestamp:
+        if owner.startswith("group"):
+            mark = self._produced_watermark(inputs[0], progress)
+        else:
+            mark = min((self._buffer_watermark(b, progress) for b in inputs), default=MAX_TIMESTAMP)
+        return max(mark, self.progress.input_watermark(owner))  # watermarks never go back
+
+    def _settle(self, progress: Progress) -> None:
+        """Runs every stage launched lazily so far, then brings the watermarks
+        of the stages reached in this batch up to date, in topological order."""
+        self._force(progress)
+        for owner, inputs in self._reached:
+            mark = self._input_watermark(owner, inputs, progress)
+            progress.input_watermarks[owner] = mark
+            hold = progress.summaries.get(owner, TaskSummary()).hold
+            progress.output_watermarks[owner] = min(mark, hold)
+
+    def _force(self, progress: Progress) -> None:
+        """One Spark job computes every pending stage (their outputs are persisted)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        steps = tuple(dict.fromkeys(step for p in pending for step in p.steps))
+        with translate_spark_error(steps):
+            self._sc.union([p.rdd for p in pending]).foreachPartition(_drain)
+        reports = self._reports.value
+        for p in pending:
+            summary = TaskSummary()
+            for (batch, owner, _), reported in reports.items():
+                if batch == progress.batch and owner == p.owner:
+                    summary = summary.merge(reported)
+            if summary.metrics:
+                self._merge_metrics(p.name, summary.metrics)
+            progress.summaries[p.owner] = summary.without_metrics()
+            # Outputs nobody wrote to are dropped, so consumers skip them.
+            for index, buffer_id in p.outputs.items():
+                if not summary.output_bytes.get(index):
+                    self._drop_output(buffer_id, p.owner)
+
+    def _drop_output(self, buffer_id: bytes, owner: str) -> None:
+        owners = self._buffer_owners.get(buffer_id, [])
+        if owner not in owners:
+            return
+        position = owners.index(owner)
+        owners.pop(position)
+        if buffer_id in self._group_owner and buffer_id in self._grouped:
+            del self._grouped[buffer_id]
+        else:
+            self._buffers[buffer_id].pop(position)
+
     # -- stages ------------------------------------------------------------
     def _read(self, buffer_id: bytes):
         if buffer_id == IMPULSE_BUFFER:
@@ -292,10 +342,16 @@ class StreamingExecutor(BatchExecutor):
             return self._grouped.get(buffer_id) or self._sc.parallelize([], 1)
         return super()._read(buffer_id)
 
+    def _write_from(self, owner: str, buffer_id: bytes, rdd) -> None:
+        self._buffers.setdefault(buffer_id, []).append(rdd)
+        self._buffer_owners.setdefault(buffer_id, []).append(owner)
+
     def _has_input(self, buffer_id: bytes) -> bool:
         if buffer_id == IMPULSE_BUFFER:
             return not self._batch_progress.impulse_done
-        return buffer_id in self._written
+        if buffer_id in self._group_owner:
+            return buffer_id in self._grouped
+        return bool(self._buffers.get(buffer_id))
 
     def _run_streaming_stage(self, number: int, stage: PlannedStage, progress: Progress,
                              now: Timestamp) -> None:
@@ -303,14 +359,16 @@ class StreamingExecutor(BatchExecutor):
         for buffer_id in stage.inputs:
             if buffer_id in self._group_owner and buffer_id not in self._grouped:
                 self._run_group(buffer_id, progress, now)
-        previous = progress.input_watermark(owner)
-        watermark = min((self._buffer_watermark(b, progress) for b in stage.inputs), default=MAX_TIMESTAMP)
-        watermark = max(watermark, previous)  # watermarks never go back
-        progress.input_watermarks[owner] = watermark
-        summary = progress.summaries.get(owner, TaskSummary())
         has_input = any(self._has_input(b) for b in stage.inputs)
+        barrier = stage.keeps_state or bool(stage.side_inputs)
+        if barrier:
+            # Its tasks need the input watermark: everything upstream runs first.
+            self._settle(progress)
+            has_input = any(self._has_input(b) for b in stage.inputs)
+        self._reached.append((owner, tuple(stage.inputs)))
+        watermark = self._input_watermark(owner, tuple(stage.inputs), progress)
+        summary = progress.summaries.get(owner, TaskSummary())
         if not has_input and not (stage.keeps_state and summary.has_due_work(watermark, now)):
-            progress.output_watermarks[owner] = min(watermark, summary.hold)
             return
         if stage.native is not None:
             raise NotImplementedError(f"stage {stage.name!r} is Spark-native; streaming runs Beam expansions")
@@ -318,38 +376,30 @@ class StreamingExecutor(BatchExecutor):
         context = BatchContext(
             batch=progress.batch, owner=owner,
             state_root=self._log.state_root if stage.keeps_state else None,
-            read_version=progress.state_versions.get(owner), previous_watermark=previous,
+            read_version=progress.state_versions.get(owner),
+            previous_watermark=self.progress.input_watermark(owner),
             watermark=watermark, processing_time=now)
         records = self._streaming_input(stage)
-        out = records.mapPartitionsWithIndex(functools.partial(_stage_task, stage.spec, broadcast, context))
-        summary = self._collect(stage, out, owner)
+        out = records.mapPartitionsWithIndex(functools.partial(
+            _stage_task, stage.spec, broadcast, context, self._reporter(progress.batch, owner)))
+        self._launch(_Pending(owner, stage.name, out, stage.steps,
+                              {i: b for i, b in enumerate(stage.outputs)}))
         if stage.keeps_state:
             progress.state_versions[owner] = progress.batch
-        progress.summaries[owner] = summary
-        progress.output_watermarks[owner] = min(watermark, summary.hold)
         for index, buffer_id in enumerate(stage.outputs):
-            if summary.output_bytes.get(index):
-                self._write(buffer_id, out.filter(lambda r, i=index: r[0] == i).values())
-                self._written.add(buffer_id)
+            self._write_from(owner, buffer_id, out.filter(lambda r, i=index: r[0] == i).values())
 
-    def _collect(self, stage: PlannedStage, out, owner: str) -> TaskSummary:
+    def _launch(self, pending: _Pending) -> None:
         from pyspark import StorageLevel
 
-        out.persist(StorageLevel.MEMORY_AND_DISK)
-        self._persisted.append(out)
-        with translate_spark_error(stage.steps):
-            records = out.filter(lambda r: r[0] < 0).collect()
+        pending.rdd.persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(pending.rdd)
+        self._pending.append(pending)
         self._ran += 1
-        summary = TaskSummary()
-        metrics = []
-        for kind, value in records:
-            if kind == SUMMARY_OUTPUT:
-                summary = summary.merge(value)
-            elif kind == METRICS_OUTPUT:
-                metrics.append(value)
-        if metrics:
-            self._merge_metrics(stage.name, metrics)
-        return summary
+
+    def _reporter(self, batch: int, owner: str):
+        accumulator = self._reports
+        return functools.partial(_report, accumulator, batch, owner)
 
     def _merge_metrics(self, stage_name: str, serialized: list[bytes]) -> None:
         infos = itertools.chain(
@@ -394,7 +444,7 @@ class StreamingExecutor(BatchExecutor):
                         f"SparkRunner streaming: the side input {spec.tag!r} of {stage.steps[0]!r} "
                         "comes from an unbounded PCollection; side inputs must be bounded for now")
                 with translate_spark_error(stage.steps):
-                    chunks = super()._read(spec.buffer).collect() if spec.buffer in self._written else []
+                    chunks = super()._read(spec.buffer).collect() if self._has_input(spec.buffer) else []
                 state.update(side_input_state(spec, chunks))
             progress.side_inputs[number] = state
         broadcast = self._sc.broadcast(state)
@@ -404,37 +454,55 @@ class StreamingExecutor(BatchExecutor):
     # -- GroupByKey --------------------------------------------------------
     def _run_group(self, buffer_id: bytes, progress: Progress, now: Timestamp) -> None:
         owner = self._group_owner[buffer_id]
-        previous = progress.input_watermark(owner)
-        previous_output = progress.output_watermark(owner)
-        watermark = max(previous, self._produced_watermark(buffer_id, progress))
-        progress.input_watermarks[owner] = watermark
+        self._settle(progress)  # its tasks need the input watermark: upstream runs first
+        self._reached.append((owner, (buffer_id,)))
+        watermark = self._input_watermark(owner, (buffer_id,), progress)
         summary = progress.summaries.get(owner, TaskSummary())
-        has_input = buffer_id in self._written
+        has_input = bool(self._buffers.get(buffer_id))
         if not has_input and not summary.has_due_work(watermark, now):
-            progress.output_watermarks[owner] = min(watermark, summary.hold)
             return
-        parts = [self._sc.parallelize([], 1)] + (list(self._buffers.get(buffer_id, [])) if has_input else [])
+        parts = [self._sc.parallelize([], 1)] + (list(self._buffers[buffer_id]) if has_input else [])
         blobs = self._sc.union(parts).partitionBy(self._parallelism, identity_partition)
         context = BatchContext(
             batch=progress.batch, owner=owner, state_root=self._log.state_root,
-            read_version=progress.state_versions.get(owner), previous_watermark=previous,
+            read_version=progress.state_versions.get(owner),
+            previous_watermark=self.progress.input_watermark(owner),
             watermark=watermark, processing_time=now)
         out = blobs.mapPartitionsWithIndex(functools.partial(
-            _group_task, self._plan.groups[buffer_id], context, previous_output))
-        from pyspark import StorageLevel
-
-        out.persist(StorageLevel.MEMORY_AND_DISK)
-        self._persisted.append(out)
-        with translate_spark_error((f"GroupByKey {split_buffer_id(buffer_id)[1]}",)):
-            records = out.filter(lambda r: r[0] < 0).collect()
-        self._ran += 1
-        summary = TaskSummary()
-        for _, value in records:
-            summary = summary.merge(value)
+            _group_task, self._plan.groups[buffer_id], context, self.progress.output_watermark(owner),
+            self._reporter(progress.batch, owner)))
+        gbk = split_buffer_id(buffer_id)[1]
+        self._launch(_Pending(owner, f"GroupByKey {gbk}", out, (gbk,), {0: buffer_id}))
         progress.state_versions[owner] = progress.batch
-        progress.summaries[owner] = summary
-        progress.output_watermarks[owner] = min(watermark, summary.hold)
-        if summary.output_bytes.get(0):
-            self._grouped[buffer_id] = out.filter(lambda r: r[0] == 0).values()
-            self._written.add(buffer_id)
+        self._grouped[buffer_id] = out
+        self._buffer_owners[buffer_id] = [owner]
 
+
+@dataclasses.dataclass
+class _Pending:
+    """A stage launched lazily: its RDD is computed by the next :meth:`_force`."""
+
+    owner: str
+    name: str
+    rdd: Any
+    steps: tuple[str, ...]
+    outputs: dict[int, bytes]  # output index -> buffer
+
+
+def _drain(records) -> None:
+    for _ in records:
+        pass
+
+
+def _report(accumulator, batch: int, owner: str, partition: int, summary: TaskSummary) -> None:
+    # Keyed by task: a recomputed partition replaces its report instead of adding to it.
+    accumulator.add({(batch, owner, partition): summary})
+
+
+class _LatestReport(_AccumulatorParam):
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, a, b):
+        a.update(b)
+        return a

@@ -12,23 +12,25 @@ batch's processing time, until nothing more is due. SDF residuals wait for
 the next micro-batch (their requested delay, counted in processing time), so
 an unbounded read never loops inside one task.
 
-The task ends with one summary record: the partition's watermark hold and
-when it next has work (earliest timer, earliest residual), which the driver
-needs to compute output watermarks and to skip stages with nothing to do.
+The task ends by reporting a summary to the driver (through a Spark
+accumulator, so no extra pass over the outputs): the partition's watermark
+hold, when it next has work (earliest timer, earliest residual), its output
+sizes and metrics. The driver needs them to compute output watermarks and
+to skip stages with nothing to do.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Duration, Timestamp
 
 from beam_ext.runner.state import _versioned as versioned
-from beam_ext.runner.worker._task import METRICS_OUTPUT, StageSpec, _bundles, _TaskWorker
+from beam_ext.runner.worker._task import StageSpec, _bundles, _TaskWorker
 
-SUMMARY_OUTPUT = -2  # output index of the record carrying the task's summary
+ReportFn = Callable[[int, "TaskSummary"], None]  # (partition, summary) -> sent to the driver
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +55,7 @@ class TaskSummary:
     next_processing_timer: Timestamp = MAX_TIMESTAMP
     next_resume: Timestamp = MAX_TIMESTAMP  # earliest deferred residual
     output_bytes: dict[int, int] = dataclasses.field(default_factory=dict)
+    metrics: list[bytes] = dataclasses.field(default_factory=list)  # serialized ProcessBundleResponses
 
     def merge(self, other: TaskSummary) -> TaskSummary:
         bytes_ = dict(self.output_bytes)
@@ -61,7 +64,10 @@ class TaskSummary:
         return TaskSummary(
             min(self.hold, other.hold), min(self.next_event_timer, other.next_event_timer),
             min(self.next_processing_timer, other.next_processing_timer),
-            min(self.next_resume, other.next_resume), bytes_)
+            min(self.next_resume, other.next_resume), bytes_, self.metrics + other.metrics)
+
+    def without_metrics(self) -> TaskSummary:
+        return dataclasses.replace(self, output_bytes={}, metrics=[])
 
     def has_due_work(self, watermark: Timestamp, processing_time: Timestamp) -> bool:
         return (self.next_event_timer <= watermark or self.next_processing_timer <= processing_time
@@ -144,12 +150,13 @@ class _StreamingTaskWorker(_TaskWorker):
 
 
 def run_streaming_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | None,
-                            context: BatchContext, partition: int,
+                            context: BatchContext, report: ReportFn, partition: int,
                             records: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
     """Runs ``spec`` over one partition's records of one micro-batch.
 
-    Yields what :func:`~beam_ext.runner.worker.run_stage_partition` yields,
-    then ``(SUMMARY_OUTPUT, TaskSummary)``.
+    Yields the outputs as :func:`~beam_ext.runner.worker.run_stage_partition`
+    does (without its metrics record); the task's :class:`TaskSummary`, its
+    metrics included, goes to ``report`` at the end.
     """
     worker = _StreamingTaskWorker(spec, side_inputs or {})
     worker._deferred = []
@@ -180,7 +187,7 @@ def run_streaming_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] 
             versioned.write(context.state_root, context.owner, partition, context.batch, worker.save())
         summary = worker.summary()
         summary.output_bytes = output_bytes
-        yield METRICS_OUTPUT, worker.monitoring_infos()
-        yield SUMMARY_OUTPUT, summary
+        summary.metrics = [worker.monitoring_infos()]
+        report(partition, summary)
     finally:
         worker.close()

@@ -20,7 +20,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from beam_ext.runner._shuffle import unpack
 from beam_ext.runner.state import _versioned as versioned
-from beam_ext.runner.worker._streaming import SUMMARY_OUTPUT, BatchContext, TaskSummary
+from beam_ext.runner.worker._streaming import BatchContext, ReportFn, TaskSummary
 
 _CHUNK_BYTES = 4 << 20
 
@@ -54,8 +54,8 @@ def _thaw(frozen: tuple) -> trigger.InMemoryUnmergedState:
 
 
 def run_streaming_group(group: Any, context: BatchContext, previous_output_watermark: Timestamp,
-                        partition: int, blobs: Iterable[bytes]) -> Iterator[tuple[int, Any]]:
-    """Groups one shuffled partition of one batch; yields ``(0, chunk)`` and a summary."""
+                        report: ReportFn, partition: int, blobs: Iterable[bytes]) -> Iterator[bytes]:
+    """Groups one shuffled partition of one batch; yields encoded chunks of panes, reports a summary."""
     saved = versioned.read(context.state_root, context.owner, partition, context.read_version) \
         if context.read_version is not None else None
     states = {key: _thaw(frozen) for key, frozen in (saved or {}).items()}
@@ -87,7 +87,7 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
         key = key_impl.decode_nested(encoded_key)
         for chunk in emit(key, driver.process_elements(
                 state, values, previous_output_watermark, context.previous_watermark)):
-            yield 0, chunk
+            yield chunk
     now = float(context.processing_time)
     for encoded_key, state in states.items():
         key = None
@@ -100,10 +100,10 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
             for window, (name, domain, timestamp, _tag) in fired:
                 for chunk in emit(key, driver.process_timer(
                         window, name, domain, timestamp, state, context.watermark)):
-                    yield 0, chunk
+                    yield chunk
     if out.size():
         written += out.size()
-        yield 0, out.get()
+        yield out.get()
     summary = TaskSummary(output_bytes={0: written} if written else {})
     kept = {}
     for encoded_key, state in states.items():
@@ -121,4 +121,4 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
     versioned.write(context.state_root, context.owner, partition, context.batch, kept)
     if summary.hold > MAX_TIMESTAMP:
         summary.hold = MAX_TIMESTAMP
-    yield SUMMARY_OUTPUT, summary
+    report(partition, summary)
