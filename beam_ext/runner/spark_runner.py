@@ -100,8 +100,16 @@ class SparkRunner(runner.PipelineRunner):
         streaming = _proto_is_streaming(proto, options)
         spark = get_or_create_session(spark_options, job_name)
         parallelism = spark_options.spark_parallelism or spark.sparkContext.defaultParallelism
+        state_backend = spark_options.spark_state_backend
+        if streaming and state_backend != "memory":
+            # Streaming state lives in the task between its versioned reads and
+            # writes under the checkpoint; the spill store is not versioned yet.
+            _LOG.warning("--spark_state_backend=%s applies to batch pipelines; streaming keeps "
+                         "state in memory within a micro-batch and versions it under "
+                         "--checkpoint_dir", state_backend)
+            state_backend = "memory"
         plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism,
-                             spark_options.spark_state_backend, spark_options.spark_state_memory,
+                             state_backend, spark_options.spark_state_memory,
                              is_drain=self._is_drain, streaming=streaming)
         _LOG.info("Running %d stages on Spark (%s, parallelism %d%s)", len(plan.stages),
                   spark.sparkContext.master, parallelism, ", streaming" if streaming else "")
