@@ -196,6 +196,8 @@ class StreamingExecutor(BatchExecutor):
                     f"beam_ext batch {batch}: {', '.join(stage.steps) or stage.name}")
                 self._run_streaming_stage(number, stage, progress, now)
             self._settle(progress)
+            if not self._uses_test_clock and self._ran == 0 and progress.impulse_done:
+                return False  # nothing ran and no source moved: nothing to commit
             progress.impulse_done = True
             progress.monitoring = {stage: [info.SerializeToString() for info in infos]
                                    for stage, infos in self.monitoring.items()}
