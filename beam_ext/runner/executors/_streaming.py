@@ -317,6 +317,7 @@ class StreamingExecutor(BatchExecutor):
                     summary = summary.merge(reported)
             if summary.metrics:
                 self._merge_metrics(p.name, summary.metrics)
+                self._input_count += _element_count(summary.metrics, p.source_pcolls)
             progress.summaries[p.owner] = summary.without_metrics()
             # Outputs nobody wrote to are dropped, so consumers skip them.
             for index, buffer_id in p.outputs.items():
@@ -385,7 +386,7 @@ class StreamingExecutor(BatchExecutor):
         out = records.mapPartitionsWithIndex(functools.partial(
             _stage_task, stage.spec, broadcast, context, self._reporter(progress.batch, owner)))
         self._launch(_Pending(owner, stage.name, out, stage.steps,
-                              {i: b for i, b in enumerate(stage.outputs)}))
+                              {i: b for i, b in enumerate(stage.outputs)}, stage.source_pcolls))
         if stage.keeps_state:
             progress.state_versions[owner] = progress.batch
         for index, buffer_id in enumerate(stage.outputs):
@@ -489,6 +490,20 @@ class _Pending:
     rdd: Any
     steps: tuple[str, ...]
     outputs: dict[int, bytes]  # output index -> buffer
+    source_pcolls: tuple[str, ...] = ()
+
+
+def _element_count(serialized: list[bytes], pcolls: tuple[str, ...]) -> int:
+    """Elements the tasks' metrics count on ``pcolls`` (Beam's data-channel element counts)."""
+    if not pcolls:
+        return 0
+    total = 0
+    for blob in serialized:
+        for info in beam_fn_api_pb2.ProcessBundleResponse.FromString(blob).monitoring_infos:
+            if (info.urn == monitoring_infos.ELEMENT_COUNT_URN
+                    and info.labels.get(monitoring_infos.PCOLLECTION_LABEL) in pcolls):
+                total += monitoring_infos.extract_counter_value(info)
+    return total
 
 
 def _drain(records) -> None:

@@ -68,6 +68,7 @@ class PlannedStage:
     keyed: bool = False  # stateful: partition input by key first
     spread: bool = False  # SDF processing: spread input elements over partitions
     test_stream: TestStreamSpec | None = None  # streaming: the runner replays its events
+    source_pcolls: tuple[str, ...] = ()  # outputs of its SDF reads: what a stream counts as input
 
     @property
     def keeps_state(self) -> bool:
@@ -193,6 +194,8 @@ class StagePlanner:
             return planned
         planned.keyed = stage.is_stateful()
         planned.spread = any(t.spec.urn == SDF_PROCESS_URN for t in stage.transforms)
+        planned.source_pcolls = tuple(pcoll for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN
+                                      for pcoll in t.outputs.values())
         planned.spec = StageSpec(
             name=stage.name,
             descriptor=self._descriptor(stage).SerializeToString(),
