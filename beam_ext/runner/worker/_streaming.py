@@ -189,5 +189,6 @@ def run_streaming_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] 
         summary.output_bytes = output_bytes
         summary.metrics = [worker.monitoring_infos()]
         report(partition, summary)
+        worker.completed = True
     finally:
         worker.close()

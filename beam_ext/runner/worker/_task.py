@@ -71,30 +71,63 @@ def _descriptor(spec: StageSpec) -> beam_fn_api_pb2.ProcessBundleDescriptor:
     return found
 
 
+class _SwitchableState:
+    """The state servicer a pooled SDK worker talks to: the current task's."""
+
+    def __init__(self) -> None:
+        self.target = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.target, name)
+
+
+class _PooledSdk:
+    """An SDK worker with its bundle processors, reused by the tasks of one
+    Python worker process: creating Beam's bundle processor (unpickling every
+    DoFn, building operations) costs more than a small micro-batch's work."""
+
+    def __init__(self, descriptor: beam_fn_api_pb2.ProcessBundleDescriptor) -> None:
+        self.state = _SwitchableState()
+        self.channel = data_plane.InMemoryDataChannel()
+        self.cache = sdk_worker.BundleProcessorCache(
+            worker_handlers.FNAPI_RUNNER_CAPABILITIES,
+            worker_handlers.SingletonStateHandlerFactory(
+                sdk_worker.GlobalCachingStateHandler(StateCache(0), self.state)),
+            data_plane.InMemoryDataChannelFactory(self.channel.inverse()),
+            {descriptor.id: descriptor})
+        self.worker = sdk_worker.SdkWorker(self.cache)
+
+
+_POOL: dict[bytes, list[_PooledSdk]] = {}
+
+
 class _TaskWorker:
     _ids = itertools.count()
 
     def __init__(self, spec: StageSpec, side_inputs: Mapping[bytes, bytes]) -> None:
         self._spec = spec
         self._descriptor = _descriptor(spec)
-        self._channel = data_plane.InMemoryDataChannel()
         self._state = task_state(spec.state_backend, side_inputs, spec.state_memory_bytes)
-        self._cache = sdk_worker.BundleProcessorCache(
-            worker_handlers.FNAPI_RUNNER_CAPABILITIES,
-            worker_handlers.SingletonStateHandlerFactory(
-                sdk_worker.GlobalCachingStateHandler(StateCache(0), self._state)),
-            data_plane.InMemoryDataChannelFactory(self._channel.inverse()),
-            {self._descriptor.id: self._descriptor})
-        self._worker = sdk_worker.SdkWorker(self._cache)
+        free = _POOL.get(spec.descriptor)
+        self._sdk = free.pop() if free else _PooledSdk(self._descriptor)
+        self._sdk.state.target = self._state
+        self._channel = self._sdk.channel
+        self._worker = self._sdk.worker
         self._monitoring: list = []
         self._pending_timers: dict[tuple[str, str], dict] = {}
         # input transform id -> residual roots (DelayedBundleApplication) to feed back
         self._residuals: dict[str, list] = {}
         self._buckets = {index: Buckets(spec.partitions) for index in spec.shuffle_writers}
+        self.completed = False  # set by the task's loop once it ran to its end
 
     def close(self) -> None:
-        self._cache.shutdown()
+        self._sdk.state.target = None
         self._state.close()
+        if self.completed:
+            _POOL.setdefault(self._spec.descriptor, []).append(self._sdk)
+        else:
+            # A failed or abandoned task may leave a processor mid-bundle.
+            self._sdk.cache.shutdown()
 
     # -- one bundle -------------------------------------------------------
     def run_bundle(self, inputs: Mapping[str, list[bytes]],
@@ -288,5 +321,6 @@ def run_stage_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | No
         yield from worker.drain(watermark)
         yield from worker.flush_shuffles()
         yield METRICS_OUTPUT, worker.monitoring_infos()
+        worker.completed = True
     finally:
         worker.close()
