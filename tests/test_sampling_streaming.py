@@ -163,11 +163,13 @@ _CFG = dict(window=1.0, substream=0.5, aggregate="mean", error=0.5, history=2, c
 
 
 def _events():
-    return generate(StreamSpec("ysb", "GG", rate=60.0, duration=5.0, seed=8, campaigns=2))
+    return generate(StreamSpec("ysb", "GG", rate=40.0, duration=4.0, seed=8, campaigns=2))
 
 
-def _expected(batch):
+def _expected(batch, keyed):
     cfg = SamplerConfig(**_CFG)
+    if not keyed:
+        return replay(batch.gen_ts, batch.arr_ts, batch.value, cfg).results
     out = []
     for code in np.unique(batch.campaign):
         m = batch.campaign == code
@@ -198,10 +200,11 @@ def _test_stream(batch, emissions, to_the_end=True):
     return stream.advance_watermark_to_infinity()
 
 
-def _run(runner, stream, path):
+def _run(runner, stream, path, keyed):
     p = beam.Pipeline(runner=runner, options=PipelineOptions(["--streaming"]))
     _ = (p | stream
-         | ApproximateWindowAggregate(key="campaign", value="value", event_time="gen_ts", **_CFG)
+         | ApproximateWindowAggregate(key="campaign" if keyed else None, value="value",
+                                      event_time="gen_ts", **_CFG)
          | beam.Map(lambda r, w=beam.DoFn.WindowParam, ts=beam.DoFn.TimestampParam:
                     [repr(r), float(w.start), float(w.end), float(ts)])
          | beam.ParDo(AppendLines(path)))
@@ -211,11 +214,12 @@ def _run(runner, stream, path):
         MetricsFilter().with_namespace("beam_ext.sampling"))["counters"]}
 
 
-def _check(runner, tmp_path, to_the_end=True):
+def _check(runner, tmp_path, keyed=True, to_the_end=True):
     batch = _events()
-    expected = _expected(batch)
+    expected = _expected(batch, keyed)
     path = str(tmp_path / "panes.jsonl")
-    counters = _run(runner, _test_stream(batch, [r.emitted_at for r in expected], to_the_end), path)
+    stream = _test_stream(batch, [r.emitted_at for r in expected], to_the_end)
+    counters = _run(runner, stream, path, keyed)
     assert read_lines(path) == sorted(map(_as_line, expected), key=lambda x: json.dumps(x, sort_keys=True))
     # panes at the deadline, after stragglers completed a sample, and corrections
     assert any(not r.waited_for_stragglers for r in expected)
@@ -229,6 +233,8 @@ def test_direct_runner_streaming_emits_the_batch_panes(tmp_path):
 
     # Not its counters: in streaming they keep one bundle's updates only.
     _check(BundleBasedDirectRunner(), tmp_path)
+    (tmp_path / "one_key").mkdir()
+    _check(BundleBasedDirectRunner(), tmp_path / "one_key", keyed=False)
     # Processing time stops before the last emissions: the end of the input releases them.
     (tmp_path / "stopped").mkdir()
     _check(BundleBasedDirectRunner(), tmp_path / "stopped", to_the_end=False)
@@ -237,7 +243,7 @@ def test_direct_runner_streaming_emits_the_batch_panes(tmp_path):
 def test_spark_runner_streaming_emits_the_batch_panes_at_their_deadlines(spark, tmp_path):
     from beam_ext.runner import SparkRunner
 
-    batch, counters = _check(SparkRunner(), tmp_path)
+    batch, counters = _check(SparkRunner(), tmp_path, keyed=False)  # one key: fewer micro-batches
     assert counters["observed_events"] == len(batch)
     assert counters.get("panes_at_end_of_input", 0) == 0  # all released by processing time
     assert counters.get("arrivals_behind_clock", 0) == 0

@@ -312,7 +312,7 @@ class KeySampler:
             return keep
         p.horizon = cut
         p.history_sub = max(out.history_sub, cut)
-        keep = np.array([self.sub_of(g) >= cut for g in gen], dtype=bool)
+        keep = (np.round(gen * 1_000_000).astype(np.int64) - self._off_us) // self._f_us >= cut
         dropped = ~keep
         counts[EVICTED] += int(dropped.sum())
         p.released = {ident for ident in p.released if ident[0] * k >= cut}
