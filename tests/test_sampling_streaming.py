@@ -13,7 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration, Timestamp
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pipeline_outputs import AppendLines, read_lines
 
@@ -84,7 +84,7 @@ def _stream(n, seed, late_share, tie_grid):
     return gen, arr, rng.lognormal(1.0, 0.8, n)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(n=st.integers(1, 600), seed=st.integers(0, 2**16),
        late_share=st.sampled_from([0.0, 0.01, 0.1]),
        tie_grid=st.sampled_from([None, 0.01]),
@@ -92,6 +92,12 @@ def _stream(n, seed, late_share, tie_grid):
        aggregate=st.sampled_from(["mean", "sum", "count"]),
        mode=st.sampled_from(["aion", "aion", "exact", "aion_minus"]),
        corrections=st.booleans(), timers=st.booleans())
+# Cases that caught bugs: a straggler completing one of several short
+# sub-streams; a done window recomputed once its history was dropped.
+@example(n=131, seed=58345, late_share=0.0, tie_grid=None, history=5, aggregate="sum",
+         mode="aion", corrections=False, timers=False)
+@example(n=527, seed=537, late_share=0.0, tie_grid=None, history=5, aggregate="mean",
+         mode="aion", corrections=True, timers=False)
 def test_key_logic_releases_the_batch_panes_as_soon_as_due(
         n, seed, late_share, tie_grid, history, aggregate, mode, corrections, timers):
     gen, arr, val = _stream(n, seed, late_share, tie_grid)
@@ -127,10 +133,10 @@ def test_online_sampler_keeps_the_stream_it_no_longer_needs_out():
     clock = ManualClock(0.0)
     online = OnlineSampler(cfg, clock)
     panes = []
-    for g, a, v in zip(gen, arr, val):
-        clock.set(max(clock.now(), a))
+    for i in np.lexsort((val, gen, arr)):  # in arrival order
+        clock.set(arr[i])
         panes += online.poll()
-        online.add(g, v, arrival_time=a)
+        online.add(gen[i], val[i], arrival_time=arr[i])
     clock.advance(100.0)
     panes += online.poll()
     assert sorted(map(repr, panes)) == sorted(map(repr, replay(gen, arr, val, cfg).results))

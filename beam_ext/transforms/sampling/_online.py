@@ -224,7 +224,8 @@ class KeySampler:
         p.pending = {}
         for r in out.results:
             ident = (self._window_of(r.window_start), r.is_correction)
-            if ident in p.released:
+            if ident in p.released or self._done(p, ident[0]):
+                # A done window's panes are out; part of its history may not be.
                 continue
             if r.emitted_at < now:
                 p.released.add(ident)
@@ -260,16 +261,21 @@ class KeySampler:
         out = self._replay(p, np.asarray(gen, dtype=np.float64), arrival, values)
         counts[REPLAYS] += 1
         fresh = [r for r in out.results
-                 if (self._window_of(r.window_start), r.is_correction) not in p.released]
+                 if (self._window_of(r.window_start), r.is_correction) not in p.released
+                 and not self._done(p, self._window_of(r.window_start))]
         counts[AT_END] += len(fresh)
         for w, progress in out.windows.items():
-            if p.finished_before is None or w >= p.finished_before:
+            if not self._done(p, w):
                 counts[SAMPLED] += progress.sampled
                 counts[STRAGGLERS] += progress.stragglers_after_emission
                 counts[LATE] += progress.late
         return fresh, counts
 
     # ------------------------------------------------------------- internals --
+
+    @staticmethod
+    def _done(p: KeyProgress, w: int) -> bool:
+        return p.finished_before is not None and w < p.finished_before
 
     def _replay(self, p: KeyProgress, gen: np.ndarray, arrival: np.ndarray,
                 values: np.ndarray) -> ReplayOutcome:
@@ -296,6 +302,7 @@ class KeySampler:
                 counts[STRAGGLERS] += progress.stragglers_after_emission
                 counts[LATE] += progress.late
         p.finished_before = max(first_open, p.finished_before or first_open)
+        p.released = {ident for ident in p.released if ident[0] >= p.finished_before}
         return first_open
 
     def _evict(self, p: KeyProgress, out: ReplayOutcome, gen: np.ndarray,
@@ -315,7 +322,6 @@ class KeySampler:
         keep = (np.round(gen * 1_000_000).astype(np.int64) - self._off_us) // self._f_us >= cut
         dropped = ~keep
         counts[EVICTED] += int(dropped.sum())
-        p.released = {ident for ident in p.released if ident[0] * k >= cut}
         records = p.past + list(zip(arrival[dropped].tolist(), (arrival - gen)[dropped].tolist()))
         p.past = _fold_delays(records, self.sub_start(cut))
         return keep
