@@ -135,15 +135,46 @@ class SamplerConfig:
         return _micros(self.window) // _micros(self.substream)
 
 
+@dataclasses.dataclass(frozen=True)
+class WindowProgress:
+    """Where one window of a replay stands, for an online driver.
+
+    ``emitted``: its first pane's emission time (also when the pane is not
+    reported because none of its events had arrived by then); ``short``:
+    sub-stream index -> ``(stragglers still missing, fallback time)`` for
+    sub-streams whose sample the given arrivals do not complete, so the
+    pane waits for the fallback unless that many more stragglers arrive
+    first; the counts are the window's share of the outcome's.
+    """
+
+    emitted: float
+    short: dict[int, tuple[int, float]]
+    observed: int
+    sampled: int
+    stragglers_after_emission: int
+    late: int
+
+
 @dataclasses.dataclass
 class ReplayOutcome:
-    """Results of a replay plus the accounting the metrics need."""
+    """Results of a replay plus the accounting the metrics need.
+
+    ``windows`` maps the absolute index of each window with events
+    (``window_start = offset + index * window``) to its progress;
+    ``settled[i]`` is when sub-stream ``first_sub + i`` settles (the
+    K-slack watermark passes its end), non-decreasing in ``i``; the
+    statistics history starts at sub-stream ``history_sub``.
+    """
 
     results: list[ApproximateResult]
     observed: int = 0
     sampled: int = 0
     stragglers_after_emission: int = 0
     late: int = 0
+    windows: dict[int, WindowProgress] = dataclasses.field(default_factory=dict)
+    first_sub: int = 0
+    history_sub: int = 0
+    settled: np.ndarray = dataclasses.field(default_factory=lambda: np.empty(0))
 
 
 def _micros(seconds: float) -> int:
@@ -157,18 +188,30 @@ def key_seed(key: Hashable) -> int:
 
 
 class _Stream:
-    """One key's events in arrival order with the K-slack clock."""
+    """One key's events in arrival order with the K-slack clock.
 
-    def __init__(self, gen: np.ndarray, arrival: np.ndarray, values: np.ndarray) -> None:
+    ``past`` are (arrival times, delays) of the key's events not given, so
+    K still counts them (an arrival of -inf stands for "long ago").
+    """
+
+    def __init__(self, gen: np.ndarray, arrival: np.ndarray, values: np.ndarray,
+                 past: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         order = np.lexsort((values, gen, arrival))
         self.gen = gen[order]
         self.arrival = arrival[order]
         self.values = values[order]
-        self._kmax = np.maximum.accumulate(self.arrival - self.gen)
+        k_arrival, k_delay = self.arrival, self.arrival - self.gen
+        if past is not None and len(past[0]):
+            k_arrival = np.concatenate([k_arrival, np.asarray(past[0], dtype=np.float64)])
+            k_delay = np.concatenate([k_delay, np.asarray(past[1], dtype=np.float64)])
+            by_arrival = np.argsort(k_arrival, kind="stable")
+            k_arrival, k_delay = k_arrival[by_arrival], k_delay[by_arrival]
+        self._k_arrival = k_arrival
+        self._kmax = np.maximum.accumulate(k_delay)
 
     def k_at(self, t: float) -> float:
         """Largest network delay observed by arrival time ``t`` (K of K-slack)."""
-        i = int(np.searchsorted(self.arrival, t, side="right"))
+        i = int(np.searchsorted(self._k_arrival, t, side="right"))
         return float(self._kmax[i - 1]) if i else 0.0
 
     def settle(self, end: float) -> float:
@@ -182,8 +225,21 @@ class _Stream:
 
 
 def replay(gen: np.ndarray, arrival: np.ndarray, values: np.ndarray,
-           config: SamplerConfig, key: Any = None) -> ReplayOutcome:
+           config: SamplerConfig, key: Any = None, *, history_start: float | None = None,
+           past_delays: tuple[np.ndarray, np.ndarray] | None = None) -> ReplayOutcome:
     """Replay one key's events in arrival order and return its panes.
+
+    The statistics history starts with the window of the first event to
+    arrive, so an event generated earlier but arriving later does not
+    rewrite the history of panes already due. A window's first pane is
+    reported when at least one of its events arrived by its emission time,
+    a correction when a straggler arrived by the K-slack watermark: each
+    pane depends only on the arrivals up to its ``emitted_at``.
+
+    An online driver that dropped a key's old events passes where the
+    history now starts (``history_start``, a window boundary) and the
+    (arrival, delay) of dropped events that still matter for K
+    (``past_delays``).
 
     Cost: O(E log E) for E events plus O(S * m) for S sub-streams.
 
@@ -200,13 +256,13 @@ def replay(gen: np.ndarray, arrival: np.ndarray, values: np.ndarray,
     outcome = ReplayOutcome(results=[])
     if len(gen) == 0:
         return outcome
-    stream = _Stream(gen, arrival, values)
-    return _Replay(stream, config, key, outcome).run()
+    stream = _Stream(gen, arrival, values, past_delays)
+    return _Replay(stream, config, key, outcome, history_start).run()
 
 
 class _Replay:
     def __init__(self, stream: _Stream, config: SamplerConfig, key: Any,
-                 outcome: ReplayOutcome) -> None:
+                 outcome: ReplayOutcome, history_start: float | None = None) -> None:
         self.s = stream
         self.c = config
         self.key = key
@@ -224,12 +280,16 @@ class _Replay:
         self.off_us = off_us = _micros(config.offset)
         gen_us = np.round(stream.gen * _MICROS).astype(np.int64)
         sub = (gen_us - off_us) // f_us
+        k = config.k
+        # The stream is in arrival order: sub[0] is the first event to arrive.
+        history_sub = (int(sub[0]) if history_start is None
+                       else (_micros(history_start) - off_us) // f_us)
+        history_sub -= history_sub % k
         # Stable sort keeps arrival order inside each sub-stream.
         self.by_sub = np.argsort(sub, kind="stable")
         sorted_sub = sub[self.by_sub]
-        self.first = int(sorted_sub[0])
-        last = int(sorted_sub[-1])
-        k = config.k
+        self.first = min(int(sorted_sub[0]), history_sub)
+        last = max(int(sorted_sub[-1]), history_sub)
         # Whole windows: pad to window boundaries.
         self.first -= self.first % k
         last += k - 1 - last % k
@@ -237,8 +297,11 @@ class _Replay:
         self.cuts = np.searchsorted(sorted_sub, bounds)
         self.n_sub = last - self.first + 1
         self.settled = np.array([stream.settle(self.sub_end(j)) for j in range(self.n_sub)])
+        outcome.first_sub = self.first
+        outcome.history_sub = history_sub
+        outcome.settled = self.settled
         self.monitor = StatisticsMonitor(config.history, self.f)
-        for j in range(self.n_sub):
+        for j in range(history_sub - self.first, self.n_sub):
             idx = self.events(j)
             seen = idx[stream.arrival[idx] <= self.settled[j]]
             self.monitor.add(float(self.settled[j]), SubstreamStats.of(
@@ -280,6 +343,7 @@ class _Replay:
         if hist is None or hist.substreams < self.min_history:
             mode = "exact"  # warm-up: no estimators yet, so wait like Default
         masks: list[np.ndarray] = []
+        short: dict[int, tuple[int, float]] = {}
         emitted = end
         if mode == "exact":
             emitted = settle
@@ -314,15 +378,18 @@ class _Replay:
                     continue
                 theta = est.substream_rate(per_sub, est.arrived_by_deadline(
                     self.f, hist_j.mean_delay, hist_j.mean_gap))
-                mask, done = self.safe_to_process(j, arr, u, theta, per_sub)
+                mask, done, missing = self.safe_to_process(j, arr, u, theta, per_sub)
                 masks.append(mask)
                 emitted = max(emitted, done)
-        self.emit(subs, start, end, emitted, masks, settle, mode)
+                if missing:
+                    short[self.first + j] = (missing, done)
+        self.emit(subs, start, end, emitted, masks, settle, mode, short)
 
     def safe_to_process(self, j: int, arr: np.ndarray, u: np.ndarray, theta: float,
-                        target: int) -> tuple[np.ndarray, float]:
-        """Algorithm 4 SafeToProcess for sub-stream ``j``: the sample mask and
-        the time it is processed, ``max(deadline, time the sample completed)``.
+                        target: int) -> tuple[np.ndarray, float, int]:
+        """Algorithm 4 SafeToProcess for sub-stream ``j``: the sample mask,
+        the time it is processed, ``max(deadline, time the sample completed)``,
+        and how many stragglers the sample still misses (0 when complete).
 
         Before the deadline events are drawn at ``theta``; if the sample is
         short at the deadline, every straggler is taken until it is complete
@@ -333,19 +400,20 @@ class _Replay:
         mask = before & (u < theta)
         have = int(mask.sum())
         if have >= target:
-            return mask, deadline
+            return mask, deadline, 0
         after = np.flatnonzero(~before)
         fallback = float(self.settled[j])
         after = after[arr[after] <= fallback]
         need = target - have
         if len(after) >= need:
             mask[after[:need]] = True
-            return mask, float(arr[after[need - 1]])
+            return mask, float(arr[after[need - 1]]), 0
         mask[after] = True
-        return mask, fallback
+        return mask, fallback, need - len(after)
 
     def emit(self, subs: range, start: float, end: float, emitted: float,
-             masks: list[np.ndarray], settle: float, mode: str) -> None:
+             masks: list[np.ndarray], settle: float, mode: str,
+             short: dict[int, tuple[int, float]]) -> None:
         c, s = self.c, self.s
         idx = np.concatenate([self.events(j) for j in subs])
         mask = np.concatenate(masks)
@@ -375,16 +443,15 @@ class _Replay:
         else:
             estimate = population
             low, high = est.count_interval(population, missing, self.z)
-        self.out.results.append(ApproximateResult(
-            self.key, start, end, estimate, low, high, n, population, emitted,
-            emitted > end))
-        self.out.observed += len(idx)
-        self.out.sampled += n
+        if observed:
+            # Known at emission only if one of its events had arrived by then.
+            self.out.results.append(ApproximateResult(
+                self.key, start, end, estimate, low, high, n, population, emitted,
+                emitted > end))
         stragglers = arr > emitted
         n_after = int(stragglers.sum())
-        self.out.stragglers_after_emission += n_after
         final = emitted
-        if c.corrections and n_after and settle > emitted and (arr <= settle).any():
+        if c.corrections and settle > emitted and (stragglers & (arr <= settle)).any():
             final = settle
             vals = s.values[idx[arr <= settle]]
             exact = {"mean": float(vals.mean()), "sum": float(vals.sum()),
@@ -392,4 +459,10 @@ class _Replay:
             self.out.results.append(ApproximateResult(
                 self.key, start, end, exact, exact, exact, len(vals), float(len(vals)),
                 settle, True, is_correction=True))
-        self.out.late += int((arr > final).sum())
+        late = int((arr > final).sum())
+        self.out.windows[(self.first + subs[0]) // c.k] = WindowProgress(
+            emitted, short, len(idx), n, n_after, late)
+        self.out.observed += len(idx)
+        self.out.sampled += n
+        self.out.stragglers_after_emission += n_after
+        self.out.late += late

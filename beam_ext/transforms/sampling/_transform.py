@@ -1,14 +1,22 @@
 """ApproximateWindowAggregate: the Beam composite around the sampler replay."""
 from __future__ import annotations
 
+import collections
 import math
 from typing import Any, Iterator
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.coders import FloatCoder, PickleCoder, TupleCoder
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.transforms import userstate
 from apache_beam.transforms import window as beam_window
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.utils.timestamp import Timestamp
 
 from beam_ext.transforms._fields import FieldSpec, field_getter
+from beam_ext.transforms.sampling import _online
+from beam_ext.transforms.sampling._online import KeyProgress, KeySampler
 from beam_ext.transforms.sampling._sampler import (
     AGGREGATES,
     ApproximateResult,
@@ -17,6 +25,8 @@ from beam_ext.transforms.sampling._sampler import (
 )
 
 METRICS_NAMESPACE = "beam_ext.sampling"
+_STREAMING_COUNTERS = (_online.OBSERVED, _online.SAMPLED, _online.STRAGGLERS, _online.LATE,
+                       _online.EVICTED, _online.BEHIND, _online.REPLAYS, _online.AT_END)
 
 
 class ApproximateWindowAggregate(beam.PTransform):
@@ -33,6 +43,15 @@ class ApproximateWindowAggregate(beam.PTransform):
     Batch semantics: events are grouped per key and replayed in arrival
     order (``arrival_time``), so results depend only on the data and
     ``seed``, never on the runner or on bundling.
+
+    Streaming semantics (unbounded input or ``--streaming``): a stateful
+    DoFn per key releases each pane once the key's clock (the largest
+    ``arrival_time`` seen, or a processing-time timer set for the next
+    emission time) passes its ``emitted_at``, without waiting for
+    stragglers; the panes are those of the batch replay of the same
+    arrivals when each key's events come in arrival order and
+    ``arrival_time`` is on the runner's processing-time clock. Panes still
+    pending when the input ends (watermark at +inf) are released then.
 
     Example::
 
@@ -80,16 +99,20 @@ class ApproximateWindowAggregate(beam.PTransform):
 
     def expand(self, events: beam.PCollection) -> beam.PCollection:
         config = self._config
-        return (
+        keyed = (
             events
             | "Extract" >> beam.ParDo(_Extract(self._value, self._key, self._event_time,
                                                self._arrival_time))
-            # History spans windows: one replay per key over the whole input.
-            | "Unwindow" >> beam.WindowInto(beam_window.GlobalWindows())
-            | "PerKey" >> beam.GroupByKey()
-            | "Replay" >> beam.ParDo(_ReplayFn(config))
-            | "Rewindow" >> beam.WindowInto(
-                beam_window.FixedWindows(config.window, config.offset)))
+            # History spans windows: per key, one replay or one state for all of them.
+            | "Unwindow" >> beam.WindowInto(beam_window.GlobalWindows()))
+        if events.is_bounded is False or events.pipeline.options.view_as(StandardOptions).streaming:
+            panes = keyed | "Online" >> beam.ParDo(_StreamingFn(config))
+        else:
+            panes = (keyed
+                     | "PerKey" >> beam.GroupByKey()
+                     | "Replay" >> beam.ParDo(_ReplayFn(config)))
+        return panes | "Rewindow" >> beam.WindowInto(
+            beam_window.FixedWindows(config.window, config.offset))
 
 
 def _window_bounds(window: Any) -> tuple[float, float]:
@@ -165,9 +188,108 @@ class _ReplayFn(beam.DoFn):
         self._late.inc(outcome.late)
         self._observed.inc(outcome.observed)
         self._sampled.inc(outcome.sampled)
-        for result in outcome.results:
-            # The last microsecond of the window: Rewindow puts it back in its window.
-            yield beam_window.TimestampedValue(result, result.window_end - 1e-6)
+        yield from _timestamped(outcome.results)
+
+
+class _StreamingFn(beam.DoFn):
+    """Per key: the kept arrivals in a bag, the :class:`KeyProgress` in a
+    value, a processing-time timer at the next emission time and an
+    event-time timer for the end of the input; :class:`KeySampler` decides."""
+
+    ARRIVALS = userstate.BagStateSpec(
+        "arrivals", TupleCoder([FloatCoder(), FloatCoder(), FloatCoder()]))
+    PROGRESS = userstate.ReadModifyWriteStateSpec("progress", PickleCoder())
+    DEADLINE = userstate.TimerSpec("deadline", TimeDomain.REAL_TIME)
+    END = userstate.TimerSpec("end_of_input", TimeDomain.WATERMARK)
+
+    def __init__(self, config: SamplerConfig) -> None:
+        self._config = config
+        self._counters = {name: beam.metrics.Metrics.counter(METRICS_NAMESPACE, name)
+                          for name in _STREAMING_COUNTERS}
+
+    def process(self, element: tuple[Any, tuple[float, float, float]],
+                arrivals=beam.DoFn.StateParam(ARRIVALS), progress=beam.DoFn.StateParam(PROGRESS),
+                deadline=beam.DoFn.TimerParam(DEADLINE), end=beam.DoFn.TimerParam(END)
+                ) -> Iterator[beam_window.TimestampedValue]:
+        key, (arr, gen, value) = element
+        p = progress.read()
+        if p is None:
+            p = KeyProgress()
+            end.set(beam_window.GlobalWindow().max_timestamp())
+        logic = KeySampler(self._config, key)
+        keep, counts = logic.ingest(p, gen, arr, value)
+        if keep:
+            arrivals.add((gen, arr, value))
+        if logic.due(p):
+            yield from self._poll(logic, p, arrivals, counts)
+        self._arm(logic, p, deadline)
+        progress.write(p)
+        self._count(counts)
+
+    @userstate.on_timer(DEADLINE)
+    def on_deadline(self, key=beam.DoFn.KeyParam, arrivals=beam.DoFn.StateParam(ARRIVALS),
+                    progress=beam.DoFn.StateParam(PROGRESS), deadline=beam.DoFn.TimerParam(DEADLINE)
+                    ) -> Iterator[beam_window.TimestampedValue]:
+        p = progress.read()
+        if p is None:
+            return  # the input ended
+        logic = KeySampler(self._config, key)
+        counts = collections.Counter()
+        if logic.on_timer(p):
+            yield from self._poll(logic, p, arrivals, counts)
+        p.timer_at = None
+        self._arm(logic, p, deadline)
+        progress.write(p)
+        self._count(counts)
+
+    @userstate.on_timer(END)
+    def on_end_of_input(self, key=beam.DoFn.KeyParam, arrivals=beam.DoFn.StateParam(ARRIVALS),
+                        progress=beam.DoFn.StateParam(PROGRESS)
+                        ) -> Iterator[beam_window.TimestampedValue]:
+        p = progress.read()
+        if p is None:
+            return
+        cols = _columns(arrivals)
+        fresh, counts = KeySampler(self._config, key).flush(p, cols[:, 0], cols[:, 1], cols[:, 2])
+        yield from _timestamped(fresh)
+        arrivals.clear()
+        progress.clear()
+        self._count(counts)
+
+    @staticmethod
+    def _poll(logic: KeySampler, p: KeyProgress, arrivals: Any, counts: collections.Counter
+              ) -> Iterator[beam_window.TimestampedValue]:
+        cols = _columns(arrivals)
+        fresh, keep, polled = logic.poll(p, cols[:, 0], cols[:, 1], cols[:, 2])
+        counts.update(polled)
+        if not keep.all():
+            arrivals.clear()
+            for row in cols[keep].tolist():
+                arrivals.add(tuple(row))
+        yield from _timestamped(fresh)
+
+    @staticmethod
+    def _arm(logic: KeySampler, p: KeyProgress, deadline: Any) -> None:
+        # A stale timer may stay set when nothing is pending: it finds nothing due.
+        micros = logic.timer(p)
+        if micros is not None and micros != p.timer_at:
+            deadline.set(Timestamp(micros=micros))
+            p.timer_at = micros
+
+    def _count(self, counts: collections.Counter) -> None:
+        for name, n in counts.items():
+            if n:
+                self._counters[name].inc(n)
+
+
+def _columns(arrivals: Any) -> np.ndarray:
+    return np.array(list(arrivals.read()), dtype=np.float64).reshape(-1, 3)
+
+
+def _timestamped(results: list[ApproximateResult]) -> Iterator[beam_window.TimestampedValue]:
+    for result in results:
+        # The last microsecond of the window: Rewindow puts it back in its window.
+        yield beam_window.TimestampedValue(result, result.window_end - 1e-6)
 
 
 __all__ = ["ApproximateResult", "ApproximateWindowAggregate"]
