@@ -8,6 +8,9 @@ computes per customer and 10-second window:
   usage more than 30 s late to ``dead_letters/``;
 * ``stale_bills/``: the same bill, with the fewest late panes that keep its
   staleness under 5 % (``StalenessTrigger``, planned from past lateness);
+* ``estimates/``: a mean bill per window from a sample that completes by
+  the window's deadline, without waiting for stragglers
+  (``ApproximateWindowAggregate``);
 * ``features/``: per usage record, the customer's spend over the last minute
   (``SlidingAggregate``), answered as records arrive.
 
@@ -46,6 +49,7 @@ from apache_beam.transforms import window
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from beam_ext import (
+    ApproximateWindowAggregate,
     EveryNLateEvents,
     LateWindowedGroupByKey,
     SlidingAggregate,
@@ -122,6 +126,14 @@ def build(p: beam.Pipeline, pattern: str, out: str, stop: Timestamp) -> None:
          | "StaleTotal" >> beam.MapTuple(lambda customer, cents: (customer, sum(cents)))
          | "WriteStale" >> beam.ParDo(WritePane(out, "stale_bills")))
     _ = (usage
+         | "Estimate" >> ApproximateWindowAggregate(window=WINDOW, value="cents", aggregate="mean",
+                                                     substream=1.0, event_time="ts", arrival_time="arr_ts",
+                                                     seed=1)
+         | "EstimateKey" >> beam.Map(lambda r: (f"{r.key}-{r.window_start:.0f}", {
+             "estimate": r.estimate, "low": r.ci_low, "high": r.ci_high,
+             "waited_for_stragglers": r.waited_for_stragglers}))
+         | "WriteEstimates" >> beam.ParDo(WritePane(out, "estimates")))
+    _ = (usage
          | "Spend1m" >> SlidingAggregate(key="customer", timestamp="ts",
                                          windows={"1m": SlidingWindow(60.0)},
                                          aggregations={"spend": agg.sum("cents")},
@@ -154,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         print("pipeline", result.wait_until_finish())
     except KeyboardInterrupt:
         print("pipeline", result.cancel())
-    for name in ("bills", "dead_letters", "stale_bills", "features"):
+    for name in ("bills", "dead_letters", "stale_bills", "estimates", "features"):
         directory = os.path.join(args.out, name)
         count = len(os.listdir(directory)) if os.path.isdir(directory) else 0
         print(f"{name}: {count} panes in {directory}")
