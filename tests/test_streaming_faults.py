@@ -9,6 +9,7 @@ duplicated, no pane computed from lost or twice-applied state.
 """
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -144,6 +145,55 @@ def test_python_worker_killed_mid_stream_is_retried_to_the_exact_output(tmp_path
     assert marker.exists()  # a worker did die
     assert job.read_outputs(str(out)) == direct_outputs
 
+
+
+def _mount_namespace() -> list[str]:
+    """``unshare`` in a private mount namespace (as root, or mapped to root), or skip."""
+    command = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        command.insert(1, "--map-root-user")
+    try:
+        probe = subprocess.run([*command, "mount", "-t", "tmpfs", "tmpfs", "/mnt"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip("unshare is not available")
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in a mount namespace: {probe.stderr.decode(errors='replace')}")
+    return command
+
+
+_MOUNT_AND_RUN = """
+mount -t tmpfs -o ro,size=1m tmpfs "$1" &&
+mount -t tmpfs -o size=128k tmpfs "$2" && { cat /dev/zero > "$2/filler" 2>/dev/null; true; } &&
+mount -t tmpfs -o size=4m tmpfs "$3" &&
+exec "$5" "$6" "$1" "$2" "$3" "$4"
+"""
+
+
+@pytest.mark.slow  # a JVM of its own and ~25 micro-batches
+def test_checkpoint_dir_that_cannot_be_written_is_named_and_a_freed_one_resumes(tmp_path, direct_outputs):
+    namespace = _mount_namespace()
+    mounts = [tmp_path / name for name in ("read_only", "full", "fills")]
+    for mount in mounts:
+        mount.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    job_path = os.path.join(os.path.dirname(_JOB), "checkpoint_dir_job.py")
+    done = subprocess.run([*namespace, "sh", "-c", _MOUNT_AND_RUN, "sh", *map(str, mounts), str(out),
+                           sys.executable, job_path], env=_job_env(uuid.uuid4().hex), capture_output=True,
+                          text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(report, indent=1))
+    read_only, full = report["read_only"], report["full"]
+    assert read_only["error"] == "CheckpointUnwritable", read_only
+    assert str(mounts[0] / "ckpt") in read_only["message"] and "Read-only file system" in read_only["message"]
+    assert full["error"] == "CheckpointUnwritable", full
+    assert str(mounts[1] / "ckpt") in full["message"] and "No space left on device" in full["message"]
+    fills = report["fills"]
+    assert fills["error"] is not None and fills["commits"], fills  # failed mid-stream
+    assert str(mounts[2] / "ckpt") in fills["message"] and "No space left on device" in fills["message"], fills
+    assert report["after_freeing"]["error"] is None, report["after_freeing"]
+    assert job.read_outputs(str(out)) == direct_outputs
 
 
 _PLAN_NAMES = """

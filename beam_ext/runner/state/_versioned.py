@@ -15,10 +15,13 @@ cannot leave a half-updated copy behind for its retry.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import re
 from typing import Any
+
+from beam_ext.runner._errors import checkpoint_unwritable
 
 _CACHE: dict[tuple[str, str, int, int], bytes] = {}
 _CACHE_LIMIT = 64
@@ -45,13 +48,19 @@ def write(root: str, owner: str, partition: int, version: int, state: Any) -> No
     """Saves ``state`` as batch ``version`` of ``(owner, partition)``, atomically."""
     blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
     path = _path(root, owner, partition, version)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)  # a full disk keeps no half-written file
+        raise checkpoint_unwritable(os.path.dirname(root), f"state of {owner}, partition {partition}, "
+                                    f"batch {version}", exc) from None  # the task's traceback: one clear cause
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.pop(next(iter(_CACHE)))
     _CACHE[(root, owner, partition, version)] = blob
