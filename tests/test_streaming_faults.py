@@ -219,3 +219,27 @@ def test_every_process_numbers_the_stages_of_a_pipeline_alike(tmp_path):
     names = [plan.communicate(timeout=300)[0].split("\n") for plan in plans]
     assert all(plan.returncode == 0 for plan in plans)
     assert len(names[0]) > 4 and names[0] == names[1] == names[2]
+
+
+def _write_version(root: str, state: dict) -> None:
+    from beam_ext.runner.state import _versioned as versioned
+
+    versioned.write(root, "stage3", 0, 5, state)
+
+
+def test_a_state_version_rewritten_by_another_worker_is_read_as_rewritten(tmp_path):
+    # A task writes batch 5's state and its batch fails elsewhere; the batch
+    # runs again and another Python worker writes batch 5 anew, from other
+    # input (processing time, a lookup). The first worker must not hand out
+    # the copy it kept in memory when it next runs that partition.
+    import multiprocessing
+
+    from beam_ext.runner.state import _versioned as versioned
+
+    root = str(tmp_path)
+    _write_version(root, {"attempt": 1})
+    other = multiprocessing.get_context("fork").Process(target=_write_version, args=(root, {"attempt": 2}))
+    other.start()
+    other.join()
+    assert other.exitcode == 0
+    assert versioned.read(root, "stage3", 0, 5) == {"attempt": 2}
