@@ -16,6 +16,20 @@ class PipelineError(BeamExtError, RuntimeError):
     """
 
 
+class CheckpointUnwritable(BeamExtError, OSError):
+    """``--checkpoint_dir`` cannot be written (read-only, full, no permission).
+
+    The message names the directory, what was being written and the
+    system's reason; ``errno`` is the system's error number.
+    """
+
+
+def checkpoint_unwritable(root: str, writing: str, exc: OSError) -> CheckpointUnwritable:
+    """The error to raise when writing ``writing`` under the checkpoint ``root`` failed with ``exc``."""
+    return CheckpointUnwritable(
+        exc.errno, f"--checkpoint_dir {root!r} cannot be written ({writing}): {exc.strerror or exc}")
+
+
 _FAILED_STEP = re.compile(r"\[while running '(.+?)'\]")
 _PYTHON_TRACEBACK = re.compile(r"(Traceback \(most recent call last\):.*?)(?:\n\tat |\Z)", re.S)
 # py4j puts the JVM exception on the line after "An error occurred while calling ...".

@@ -10,6 +10,7 @@ and runs the batch again; tasks rewrite the versions it had written.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pickle
@@ -19,6 +20,7 @@ from typing import Any
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 
 from beam_ext.errors import BeamExtError
+from beam_ext.runner._errors import checkpoint_unwritable
 
 _COMMIT = re.compile(r"^(\d+)\.commit$")
 _KEEP_COMMITS = 3
@@ -67,9 +69,12 @@ class CommitLog:
         self.root = root
         self.state_root = os.path.join(root, "state")
         self._commits = os.path.join(root, "commits")
-        os.makedirs(self._commits, exist_ok=True)
-        os.makedirs(self.state_root, exist_ok=True)
-        self._check_fingerprint(fingerprint)
+        try:
+            os.makedirs(self._commits, exist_ok=True)
+            os.makedirs(self.state_root, exist_ok=True)
+            self._check_fingerprint(fingerprint)
+        except OSError as exc:
+            raise checkpoint_unwritable(root, "its commits/, state/ and pipeline file, at start", exc) from exc
 
     def _check_fingerprint(self, fingerprint: str) -> None:
         path = os.path.join(self.root, "pipeline")
@@ -77,13 +82,15 @@ class CommitLog:
             with open(path, encoding="utf-8") as f:
                 found = f.read()
         except FileNotFoundError:
-            _atomic_write(path, fingerprint.encode("utf-8"))
-            return
+            found = fingerprint
         if found != fingerprint:
             raise CheckpointMismatch(
                 f"--checkpoint_dir {self.root!r} holds the checkpoint of another pipeline "
                 f"(its stages or parallelism differ: {found[:120]!r} vs {fingerprint[:120]!r}); "
                 "resume the same pipeline with the same --spark_parallelism, or use a new directory")
+        # Written on a resume too: a directory that became read-only or full
+        # fails here, before any micro-batch runs.
+        _atomic_write(path, fingerprint.encode("utf-8"))
 
     def latest(self) -> Progress | None:
         batches = sorted(int(m.group(1)) for m in map(_COMMIT.match, os.listdir(self._commits)) if m)
@@ -93,18 +100,26 @@ class CommitLog:
             return pickle.load(f)
 
     def commit(self, progress: Progress) -> None:
-        _atomic_write(os.path.join(self._commits, f"{progress.batch}.commit"),
-                      pickle.dumps(progress, protocol=pickle.HIGHEST_PROTOCOL))
-        for name in os.listdir(self._commits):
-            match = _COMMIT.match(name)
-            if match and int(match.group(1)) <= progress.batch - _KEEP_COMMITS:
-                os.remove(os.path.join(self._commits, name))
+        try:
+            _atomic_write(os.path.join(self._commits, f"{progress.batch}.commit"),
+                          pickle.dumps(progress, protocol=pickle.HIGHEST_PROTOCOL))
+            for name in os.listdir(self._commits):
+                match = _COMMIT.match(name)
+                if match and int(match.group(1)) <= progress.batch - _KEEP_COMMITS:
+                    os.remove(os.path.join(self._commits, name))
+        except OSError as exc:
+            raise checkpoint_unwritable(self.root, f"the commit of batch {progress.batch}", exc) from exc
 
 
 def _atomic_write(path: str, blob: bytes) -> None:
     tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)  # a full disk keeps no half-written file
+        raise

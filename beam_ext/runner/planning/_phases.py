@@ -22,6 +22,12 @@ Ours:
       Impulse -> PairWithRestriction -> SplitAndSize -> Process
       becomes
       [Impulse -> PairWithRestriction -> SplitAndSize] -> [Process]
+
+* :func:`sort_stages_by_name` (in place of Beam's ``sort_stages``): the
+  same topological order, with ties broken by stage name rather than by the
+  memory addresses Beam's sets of stages iterate in, so every process plans
+  a pipeline with the same stage numbers. A streaming job keeps its state
+  under those numbers and resumes from them after a restart.
 """
 from __future__ import annotations
 
@@ -53,6 +59,36 @@ def spread_sdf_processing(stages: Iterable[Stage], context: TransformContext):
         yield stage
 
 
+def sort_stages_by_name(stages: Iterable[Stage], context: TransformContext) -> list[Stage]:
+    """Orders stages for sequential execution: producers first, ties broken by name.
+
+    Beam's ``sort_stages`` visits ``must_follow`` (a frozenset of stages
+    hashed by address): two processes planning one pipeline get different
+    orders.
+    """
+    stages = list(stages)
+    members = set(stages)
+    producers = {pcoll: stage for stage in stages for t in stage.transforms for pcoll in t.outputs.values()}
+    seen: set[Stage] = set()
+    ordered: list[Stage] = []
+
+    def visit(stage: Stage) -> None:
+        if stage in seen or stage not in members:
+            return
+        seen.add(stage)
+        outputs = {pcoll for t in stage.transforms for pcoll in t.outputs.values()}
+        before = set(stage.must_follow) | {
+            producers[pcoll] for t in stage.transforms for pcoll in t.inputs.values()
+            if pcoll not in outputs and pcoll in producers}
+        for previous in sorted(before, key=lambda s: s.name):
+            visit(previous)
+        ordered.append(stage)
+
+    for stage in sorted(stages, key=lambda s: s.name):
+        visit(stage)
+    return ordered
+
+
 def optimize_phases() -> list[Phase]:
     """Beam's standard phases in Beam's order, with ours where they belong."""
     t = translations
@@ -69,7 +105,7 @@ def optimize_phases() -> list[Phase]:
         t.greedily_fuse,
         t.read_to_impulse,
         t.impulse_to_input,
-        t.sort_stages,
+        sort_stages_by_name,
         t.add_impulse_to_dangling_transforms,
         t.setup_timer_mapping,
         t.populate_data_channel_coders,

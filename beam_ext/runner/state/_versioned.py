@@ -11,16 +11,23 @@ refers to.
 A Python worker keeps the versions it wrote in memory: Spark reuses
 workers, so the next batch of the same partition usually reads no file.
 The cached object is handed out once (popped), so a task that fails midway
-cannot leave a half-updated copy behind for its retry.
+cannot leave a half-updated copy behind for its retry. A cached copy is
+used only while the file is still the one this worker wrote (same inode,
+size and modification time): when a batch runs again after a failure,
+another worker may write the same version anew, from other input, and the
+file is what was committed.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import re
 from typing import Any
 
-_CACHE: dict[tuple[str, str, int, int], bytes] = {}
+from beam_ext.runner._errors import checkpoint_unwritable
+
+_CACHE: dict[tuple[str, str, int, int], tuple[bytes, tuple[int, int, int]]] = {}  # -> (blob, file identity)
 _CACHE_LIMIT = 64
 _VERSION_FILE = re.compile(r"^(\d+)\.bin$")
 
@@ -31,30 +38,47 @@ def _path(root: str, owner: str, partition: int, version: int) -> str:
 
 def read(root: str, owner: str, partition: int, version: int) -> Any | None:
     """The state ``owner`` saved for ``partition`` in batch ``version``, or None."""
-    blob = _CACHE.pop((root, owner, partition, version), None)
-    if blob is None:
-        try:
-            with open(_path(root, owner, partition, version), "rb") as f:
-                blob = f.read()
-        except FileNotFoundError:
-            return None
+    path = _path(root, owner, partition, version)
+    cached = _CACHE.pop((root, owner, partition, version), None)
+    if cached is not None and _identity(path) == cached[1]:
+        return pickle.loads(cached[0])
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except FileNotFoundError:
+        return None
     return pickle.loads(blob)
+
+
+def _identity(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def write(root: str, owner: str, partition: int, version: int, state: Any) -> None:
     """Saves ``state`` as batch ``version`` of ``(owner, partition)``, atomically."""
     blob = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
     path = _path(root, owner, partition, version)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)  # a full disk keeps no half-written file
+        raise checkpoint_unwritable(os.path.dirname(root), f"state of {owner}, partition {partition}, "
+                                    f"batch {version}", exc) from None  # the task's traceback: one clear cause
+    identity = _identity(path)
     if len(_CACHE) >= _CACHE_LIMIT:
         _CACHE.pop(next(iter(_CACHE)))
-    _CACHE[(root, owner, partition, version)] = blob
+    _CACHE[(root, owner, partition, version)] = (blob, identity)
 
 
 def prune(root: str, owner: str, keep: set[int]) -> None:
