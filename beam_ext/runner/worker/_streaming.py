@@ -23,7 +23,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2
-from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Duration, Timestamp
 
 from beam_ext.runner.state import _versioned as versioned
 from beam_ext.runner.worker._task import METRICS_OUTPUT, StageSpec, _bundles, _TaskWorker
@@ -96,7 +96,7 @@ class _StreamingTaskWorker(_TaskWorker):
         """Moves this batch's residuals to the deferred list, due after their delay."""
         for reader, roots in self._residuals.items():
             for delayed in roots:
-                delay = Timestamp.of(delayed.requested_time_delay.ToNanoseconds() / 1e9)
+                delay = Duration.of(delayed.requested_time_delay.ToNanoseconds() / 1e9)
                 watermarks = [Timestamp.from_proto(w)
                               for w in delayed.application.output_watermarks.values()]
                 self._deferred.append(
