@@ -196,3 +196,12 @@ def test_a_checkpoint_of_another_pipeline_is_refused(spark, tmp_path):
     with pytest.raises(CheckpointMismatch, match="another pipeline"):
         with beam.Pipeline(runner=SparkRunner(), options=options) as p:
             _ = p | TestStream().add_elements([1]) | beam.Map(lambda x: x) | beam.Map(str) | beam.Reshuffle()
+
+
+def test_test_stream_elements_decode_in_the_outer_context(spark, tmp_path):
+    # TestStream payloads hold each element in the coder's outer context: a str has no length prefix.
+    def build(p):
+        return p | TestStream().add_elements(["a", "bc"]).add_elements(["déf"]) | beam.Map(str.upper)
+
+    assert streaming_equals_direct(build, tmp_path) == ["A", "BC", "DÉF"]
+
