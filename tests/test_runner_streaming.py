@@ -215,3 +215,11 @@ def test_a_global_window_default_trigger_group_fires_at_the_end(spark, tmp_path)
     # Beam refuses such a group on unbounded input unless asked (assert_that asks).
     assert streaming_equals_direct(build, tmp_path, ["--allow_unsafe_triggers"]) == [["j", [2]], ["k", [1, 3]]]
 
+
+def test_a_bounded_side_input_reaches_elements_of_later_micro_batches(spark, tmp_path):
+    def build(p):
+        side = p | "Side" >> beam.Create([3, 1, 2])
+        stream = TestStream().advance_watermark_to(10).add_elements(["e"]).add_elements(["f"])
+        return p | stream | beam.Map(lambda e, s: [e, sorted(s)], beam.pvalue.AsList(side))
+
+    assert streaming_equals_direct(build, tmp_path) == [["e", [1, 2, 3]], ["f", [1, 2, 3]]]

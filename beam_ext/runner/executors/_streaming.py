@@ -195,6 +195,7 @@ class StreamingExecutor(BatchExecutor):
                 if stage.test_stream is not None:
                     continue  # its output was emitted by _advance_test_streams
                 self._run_streaming_stage(number, stage, progress, now)
+            self._keep_complete_side_inputs(progress)
             if not progress.impulse_done:
                 progress.impulse_done = True
             progress.monitoring = {stage: [info.SerializeToString() for info in infos]
@@ -385,6 +386,23 @@ class StreamingExecutor(BatchExecutor):
     def _streaming_side_inputs(self, number: int, stage: PlannedStage, progress: Progress):
         if not stage.side_inputs:
             return None
+        broadcast = self._sc.broadcast(self._side_input_state(number, stage, progress))
+        self._broadcasts.append(broadcast)
+        return broadcast
+
+    def _keep_complete_side_inputs(self, progress: Progress) -> None:
+        """Stores the side inputs that completed in this batch, before its buffers are released.
+
+        A stage may first run batches after its bounded side inputs were
+        written (a TestStream's elements come later than the impulse).
+        """
+        for number, stage in enumerate(self._plan.stages):
+            if stage.side_inputs and number not in progress.side_inputs and all(
+                    self._produced_watermark(spec.buffer, progress) >= MAX_TIMESTAMP
+                    for spec in stage.side_inputs):
+                self._side_input_state(number, stage, progress)
+
+    def _side_input_state(self, number: int, stage: PlannedStage, progress: Progress) -> dict:
         state = progress.side_inputs.get(number)
         if state is None:
             state = {}
@@ -397,9 +415,7 @@ class StreamingExecutor(BatchExecutor):
                     chunks = super()._read(spec.buffer).collect() if spec.buffer in self._written else []
                 state.update(side_input_state(spec, chunks))
             progress.side_inputs[number] = state
-        broadcast = self._sc.broadcast(state)
-        self._broadcasts.append(broadcast)
-        return broadcast
+        return state
 
     # -- GroupByKey --------------------------------------------------------
     def _run_group(self, buffer_id: bytes, progress: Progress, now: Timestamp) -> None:
