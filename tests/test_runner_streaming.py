@@ -196,3 +196,30 @@ def test_a_checkpoint_of_another_pipeline_is_refused(spark, tmp_path):
     with pytest.raises(CheckpointMismatch, match="another pipeline"):
         with beam.Pipeline(runner=SparkRunner(), options=options) as p:
             _ = p | TestStream().add_elements([1]) | beam.Map(lambda x: x) | beam.Map(str) | beam.Reshuffle()
+
+
+def test_test_stream_elements_decode_in_the_outer_context(spark, tmp_path):
+    # TestStream payloads hold each element in the coder's outer context: a str has no length prefix.
+    def build(p):
+        return p | TestStream().add_elements(["a", "bc"]).add_elements(["déf"]) | beam.Map(str.upper)
+
+    assert streaming_equals_direct(build, tmp_path) == ["A", "BC", "DÉF"]
+
+
+def test_a_global_window_default_trigger_group_fires_at_the_end(spark, tmp_path):
+    # The batch runner keeps such groups' values as opaque bytes; streaming groups decode whole elements.
+    def build(p):
+        stream = TestStream().add_elements([("k", 1), ("j", 2)]).advance_watermark_to(5).add_elements([("k", 3)])
+        return p | stream | beam.GroupByKey() | beam.MapTuple(lambda k, vs: [k, sorted(vs)])
+
+    # Beam refuses such a group on unbounded input unless asked (assert_that asks).
+    assert streaming_equals_direct(build, tmp_path, ["--allow_unsafe_triggers"]) == [["j", [2]], ["k", [1, 3]]]
+
+
+def test_a_bounded_side_input_reaches_elements_of_later_micro_batches(spark, tmp_path):
+    def build(p):
+        side = p | "Side" >> beam.Create([3, 1, 2])
+        stream = TestStream().advance_watermark_to(10).add_elements(["e"]).add_elements(["f"])
+        return p | stream | beam.Map(lambda e, s: [e, sorted(s)], beam.pvalue.AsList(side))
+
+    assert streaming_equals_direct(build, tmp_path) == [["e", [1, 2, 3]], ["f", [1, 2, 3]]]

@@ -196,6 +196,7 @@ class StreamingExecutor(BatchExecutor):
                     f"beam_ext batch {batch}: {', '.join(stage.steps) or stage.name}")
                 self._run_streaming_stage(number, stage, progress, now)
             self._settle(progress)
+            self._keep_complete_side_inputs(progress)
             if not self._uses_test_clock and self._ran == 0 and progress.impulse_done:
                 return False  # nothing ran and no source moved: nothing to commit
             progress.impulse_done = True
@@ -438,6 +439,23 @@ class StreamingExecutor(BatchExecutor):
     def _streaming_side_inputs(self, number: int, stage: PlannedStage, progress: Progress):
         if not stage.side_inputs:
             return None
+        broadcast = self._sc.broadcast(self._side_input_state(number, stage, progress))
+        self._broadcasts.append(broadcast)
+        return broadcast
+
+    def _keep_complete_side_inputs(self, progress: Progress) -> None:
+        """Stores the side inputs that completed in this batch, before its buffers are released.
+
+        A stage may first run batches after its bounded side inputs were
+        written (a TestStream's elements come later than the impulse).
+        """
+        for number, stage in enumerate(self._plan.stages):
+            if stage.side_inputs and number not in progress.side_inputs and all(
+                    self._produced_watermark(spec.buffer, progress) >= MAX_TIMESTAMP
+                    for spec in stage.side_inputs):
+                self._side_input_state(number, stage, progress)
+
+    def _side_input_state(self, number: int, stage: PlannedStage, progress: Progress) -> dict:
         state = progress.side_inputs.get(number)
         if state is None:
             state = {}
@@ -450,9 +468,7 @@ class StreamingExecutor(BatchExecutor):
                     chunks = super()._read(spec.buffer).collect() if self._has_input(spec.buffer) else []
                 state.update(side_input_state(spec, chunks))
             progress.side_inputs[number] = state
-        broadcast = self._sc.broadcast(state)
-        self._broadcasts.append(broadcast)
-        return broadcast
+        return state
 
     # -- GroupByKey --------------------------------------------------------
     def _run_group(self, buffer_id: bytes, progress: Progress, now: Timestamp) -> None:

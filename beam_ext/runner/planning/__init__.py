@@ -38,4 +38,5 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
         is_drain=is_drain)
     planner = StagePlanner(context, native_urns, bundle_bytes, partitions)
     planner.state = (state_backend, state_memory_bytes)
+    planner.streaming = streaming
     return planner.plan(stages)

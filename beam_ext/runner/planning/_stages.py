@@ -107,6 +107,7 @@ class StagePlanner:
         self._bundle_bytes = bundle_bytes
         self._groups: dict[bytes, GroupSpec] = {}
         self.state = ("memory", 256 << 20)
+        self.streaming = False
 
     def _coder(self, coder_id: str, safe: bool = False):
         if safe:
@@ -127,7 +128,9 @@ class StagePlanner:
             out_pcoll = translations.only_element(list(gbk.outputs.values()))
             windowing = self._pipeline_context.windowing_strategies[
                 self._components.pcollections[in_pcoll].windowing_strategy_id]
-            trivial = windowing.is_default()
+            # In streaming every group runs Beam's trigger driver on whole
+            # windowed values (worker/_streaming_group.py), never the bytes-only path.
+            trivial = windowing.is_default() and not self.streaming
             # Default windowing can keep keys and values as opaque bytes (the
             # safe coders); anything else needs the real windows and keys.
             self._groups[buffer_id] = GroupSpec(

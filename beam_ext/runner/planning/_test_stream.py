@@ -123,7 +123,7 @@ def test_stream_spec(transform: beam_runner_api_pb2.PTransform, output_pcolls: l
                 continue
             out = create_OutputStream()
             for element in event.element_event.elements:
-                value = value_impl.decode_nested(element.encoded_element)
+                value = value_impl.decode(element.encoded_element)  # encoded in the outer context
                 impls[index].encode_to_stream(
                     GlobalWindows.windowed_value(value, Timestamp(micros=1000 * element.timestamp)), out, True)
             counts[len(events)] = len(event.element_event.elements)
