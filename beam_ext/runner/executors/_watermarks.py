@@ -124,9 +124,8 @@ class MinWatermarks:
     def stats(self) -> dict[str, Any]:
         """Counters for benchmarks: watermark computations, lag behind the
         classic (true low) watermark, messages."""
-        out = {"mode": self.mode, **self._counts, **_stats_summary(self._lags)}
-        out.setdefault("gathers", 0)
-        out.setdefault("punctuations", 0)
+        out = {"mode": self.mode, "gathers": 0, "punctuations": 0, "timer_gathers": 0, "behind": 0, "ahead": 0,
+               "restarts": 0, "wait_s": 0.0, **self._counts, **_stats_summary(self._lags)}
         return out
 
     # -- watermarks ----------------------------------------------------------
@@ -134,7 +133,13 @@ class MinWatermarks:
         if self._counted.get(owner) != progress.batch:
             self._counted[owner] = progress.batch
             self._count_gather(owner)
+            if self._stateful(owner):
+                self._counts["timer_gathers"] += 1
+                self._lags.append(0.0)
         return classic
+
+    def _stateful(self, owner: str) -> bool:
+        return owner.startswith("group") or self._plan.stages[int(owner[5:])].keeps_state
 
     def _count_gather(self, owner: str) -> None:
         self._counts["gathers"] += 1
@@ -197,6 +202,7 @@ class TrackerWatermarks(MinWatermarks):
         self._stopping = False
         self._old_stats: dict[str, int] = collections.Counter()
         self._log_acc = None
+        self._unseen: set[tuple[str, int]] = set()
 
     # -- the process graph ---------------------------------------------------
     def _outputs_of(self, owner: str) -> list[tuple[int, bytes]]:
@@ -244,6 +250,11 @@ class TrackerWatermarks(MinWatermarks):
     def start(self, progress) -> None:
         self._log_acc = self._sc.accumulator([], _ListParam())
         self._impulse_sent = progress.impulse_done
+        # Resuming from a checkpoint: a new service knows nothing of the holds
+        # saved with the state until each partition's next task reports them.
+        self._unseen = {(owner, i) for owner, summary in progress.summaries.items()
+                        if summary.hold < MAX_TIMESTAMP and self._stateful(owner)
+                        for i in range(self.width(owner))}
         self._start_service()
         _LOG.info("watermarks from the tracker at %s: %d processes, %d sources, buckets of %.3fs",
                   self._address, len(self._graph), len(self._sources), self._bucket / 1e6)
@@ -315,7 +326,7 @@ class TrackerWatermarks(MinWatermarks):
             holds=dict(self._holds.get(owner, {})), stateful=stateful, log=self._log_acc)
 
     def task(self, owner: str, task, report, progress):
-        stateful = owner.startswith("group") or self._plan.stages[int(owner[5:])].keeps_state
+        stateful = self._stateful(owner)
         self._ingest()  # the holds of its partitions' last tasks
         return functools.partial(_tracking.tracked_task, self._tracking(owner, progress, stateful), task, report)
 
@@ -391,6 +402,7 @@ class TrackerWatermarks(MinWatermarks):
                 self._record(entry)
             if log.holds is not None:
                 self._holds[log.owner][log.partition] = log.holds
+                self._unseen.discard((log.owner, log.partition))
             if log.token != self._token or log.status == "failed":
                 stale.append(log)
         if stale and self._service is not None:
@@ -465,9 +477,6 @@ class TrackerWatermarks(MinWatermarks):
                     mark = min(mark, self._prefix(name, limit))
         return min(mark, limit)
 
-    def _stateful(self, owner: str) -> bool:
-        return owner.startswith("group") or self._plan.stages[int(owner[5:])].keeps_state
-
     def input_watermark(self, owner: str, classic: Timestamp, progress) -> Timestamp:
         stateful = self._stateful(owner)
         cached = self._cached.get(owner)
@@ -503,6 +512,9 @@ class TrackerWatermarks(MinWatermarks):
                           f"{float(expected) if expected < MAX_TIMESTAMP else '+inf'}")
             restarted = True
         self._counts["wait_s"] = round(self._counts.get("wait_s", 0) + time.monotonic() - start, 6)
+        if self._unseen and mark > classic:
+            mark = classic  # holds restored from the checkpoint, not reported yet
+            self._counts["capped_after_resume"] += 1
         if stateful:
             # Measured where a watermark is acted on, once its producers have run
             # (a stateless stage launched lazily is computed again when they have).
