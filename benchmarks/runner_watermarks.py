@@ -39,12 +39,12 @@ class _Append(beam.DoFn):
 
 
 class _FlushAtWindowEnd(beam.DoFn):
-    TOTAL = userstate.CombiningValueStateSpec("total", VarIntCoder(), sum)
+    TOTAL = userstate.ReadModifyWriteStateSpec("total", VarIntCoder())
     FLUSH = userstate.TimerSpec("flush", TimeDomain.WATERMARK)
 
     def process(self, kv, w=beam.DoFn.WindowParam, total=beam.DoFn.StateParam(TOTAL),
                 flush=beam.DoFn.TimerParam(FLUSH)):
-        total.add(kv[1])
+        total.write((total.read() or 0) + kv[1])
         flush.set(w.end)
 
     @userstate.on_timer(FLUSH)
