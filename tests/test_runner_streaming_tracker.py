@@ -132,6 +132,18 @@ def test_the_service_is_on_loopback_and_refuses_another_token(spark, tmp_path):
     assert len(read_lines(str(tmp_path / "out.jsonl"))) == 2
 
 
+def test_an_unbounded_source_and_its_residual_holds(spark, tmp_path):
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    start = time.time()
+
+    def build(p):
+        return (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 2, fire_interval=0.5)
+                | beam.Map(lambda t: round(float(t) - start, 3)))
+
+    assert streaming_equals_direct(build, tmp_path, TRACKER) == [0.0, 0.5, 1.0, 1.5]
+
+
 def _eight_batches(p):
     stream = TestStream()
     for i in range(8):

@@ -90,7 +90,9 @@ class MinWatermarks:
         self._group_owner = group_owner
         self._counts: dict[str, Any] = collections.Counter()
         self._lags: list[float] = []
-        self._counted: dict[str, int] = {}  # owner -> last batch its watermark was counted in
+        # owner -> the batch (its Progress) its watermark was last counted in; an
+        # idle batch that commits nothing is run again under the same number.
+        self._counted: dict[str, Any] = {}
         # owner -> the owners whose outputs it reads as main input
         self._producers: dict[str, list[str]] = {}
         for number, stage in enumerate(plan.stages):
@@ -130,8 +132,8 @@ class MinWatermarks:
 
     # -- watermarks ----------------------------------------------------------
     def input_watermark(self, owner: str, classic: Timestamp, progress) -> Timestamp:
-        if self._counted.get(owner) != progress.batch:
-            self._counted[owner] = progress.batch
+        if self._counted.get(owner) is not progress:
+            self._counted[owner] = progress
             self._count_gather(owner)
             if self._stateful(owner):
                 self._counts["timer_gathers"] += 1
@@ -194,7 +196,7 @@ class TrackerWatermarks(MinWatermarks):
         self._holds: dict[str, dict[int, tuple]] = collections.defaultdict(dict)
         self._impulse_sent = False
         self._impulse_markers: list[Marker] = []
-        self._cached: dict[str, tuple[int, Timestamp]] = {}
+        self._cached: dict[str, tuple[Any, Timestamp]] = {}  # owner -> (its batch's Progress, watermark)
         self._service = None
         self._agent = None
         self._token = b""
@@ -480,7 +482,7 @@ class TrackerWatermarks(MinWatermarks):
     def input_watermark(self, owner: str, classic: Timestamp, progress) -> Timestamp:
         stateful = self._stateful(owner)
         cached = self._cached.get(owner)
-        if cached is not None and cached[0] == progress.batch:
+        if cached is not None and cached[0] is progress:
             if stateful:
                 return cached[1]  # the value its timers fired under
         else:
@@ -527,7 +529,7 @@ class TrackerWatermarks(MinWatermarks):
                 _LOG.warning("tracker: %s watermark %s is ahead of the classic %s", owner, mark, classic)
             if MIN_TIMESTAMP < classic < MAX_TIMESTAMP and mark > MIN_TIMESTAMP:
                 self._lags.append(max(0.0, float(classic - mark)))
-        self._cached[owner] = (progress.batch, mark)
+        self._cached[owner] = (progress, mark)
         with self._cond:
             self._prune()
         return mark
