@@ -476,3 +476,23 @@ def test_a_lost_target_that_reports_again_is_awaited_at_once():
     _close(ag)
     dead.close()
     s.stop()
+
+
+def test_report_only_agents_leave_notifications_to_the_listening_agent(svc):
+    svc.register_graph(DIAMOND)
+    procs = sorted(DIAMOND)
+    driver = LocalAgent(svc.address, "driver", TOKEN, flush_interval=None, hosts=procs)
+    assert driver.wait(b"warm-up", timeout=0.2, process="sink/0") is False  # subscribed by now
+    executor = LocalAgent(svc.address, "exec-1", TOKEN, flush_interval=None, hosts=procs, listen=False)
+    with pytest.raises(RuntimeError, match="reports only"):
+        executor.wait(b"k", timeout=0.1)
+    tok = new_token()
+    executor.sent(b"k", tok, to="mid/0", at="src/0")
+    executor.received(b"k", tok, at="mid/0")
+    executor.flush()
+    driver.promise(b"k", at="src/0")
+    driver.flush()
+    assert driver.wait(b"k", timeout=30, process="sink/0")
+    executor.close()
+    driver.close()
+

@@ -78,6 +78,32 @@ class SparkRunnerOptions(PipelineOptions):
             "inputs' output watermarks, per micro-batch) or 'tracker' (end-of-substream "
             "notifications from beam_ext.watermark's tracking service).")
         parser.add_argument(
+            "--tracker_address",
+            default=None,
+            metavar="HOST:PORT",
+            help="Streaming, --watermarks=tracker: the interface the driver's tracking service "
+            "binds, for executors on other hosts (default: 127.0.0.1 on a free port). Off "
+            "loopback it needs --tracker_allow_plaintext: reports cross the network unencrypted.")
+        parser.add_argument(
+            "--tracker_allow_plaintext",
+            action="store_true",
+            default=False,
+            help="Streaming, --watermarks=tracker: serve the tracker in plaintext on a "
+            "non-loopback --tracker_address (only on a network you trust).")
+        parser.add_argument(
+            "--tracker_bucket",
+            type=float,
+            default=1.0,
+            help="Streaming, --watermarks=tracker: seconds of event time per tracked substream. "
+            "Watermarks move in steps of this much where something is in flight or held.")
+        parser.add_argument(
+            "--tracker_timeout",
+            type=float,
+            default=5.0,
+            help="Streaming, --watermarks=tracker: seconds the driver waits for the expected "
+            "end-of-substream notifications before a stage runs (then it restarts the service "
+            "once and uses what it has).")
+        parser.add_argument(
             "--spark_batch_interval",
             type=float,
             default=0.2,
@@ -113,6 +139,15 @@ def check_options(options: SparkRunnerOptions) -> None:
     if options.watermarks not in _WATERMARK_MODES:
         raise ValueError(f"--watermarks must be one of {', '.join(map(repr, _WATERMARK_MODES))}, "
                          f"got {options.watermarks!r}")
+    for name in ("tracker_bucket", "tracker_timeout"):
+        value = getattr(options, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"--{name} must be a number of seconds > 0, got {value!r}")
+    address = options.tracker_address
+    if address is not None:
+        host, sep, port = str(address).rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise ValueError(f"--tracker_address must be HOST:PORT, got {address!r}")
     interval = options.spark_batch_interval
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval >= 0:
         raise ValueError(f"--spark_batch_interval must be a number of seconds >= 0, got {interval!r}")

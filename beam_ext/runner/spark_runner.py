@@ -114,8 +114,12 @@ class SparkRunner(runner.PipelineRunner):
         _LOG.info("Running %d stages on Spark (%s, parallelism %d%s)", len(plan.stages),
                   spark.sparkContext.master, parallelism, ", streaming" if streaming else "")
         if streaming:
-            executor = StreamingExecutor(spark, plan, parallelism, spark_options.checkpoint_dir,
-                                         spark_options.spark_batch_interval)
+            executor = StreamingExecutor(
+                spark, plan, parallelism, spark_options.checkpoint_dir, spark_options.spark_batch_interval,
+                watermarks=spark_options.watermarks, tracker_options={
+                    "address": spark_options.tracker_address, "bucket": spark_options.tracker_bucket,
+                    "timeout": spark_options.tracker_timeout,
+                    "allow_plaintext": spark_options.tracker_allow_plaintext})
             return SparkStreamingResult(executor)
         start = time.monotonic()
         execution = BatchExecutor(spark, plan, parallelism)

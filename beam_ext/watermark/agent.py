@@ -82,6 +82,10 @@ class LocalAgent:
         tls_server_name: the name to check the service's certificate
             against, when it does not carry the address's host.
         allow_plaintext: connect in plaintext to a non-loopback address anyway.
+        listen: subscribe to the NEOSS of the hosted processes. A report-only
+            agent (False) does not: the service keeps sending those to the
+            agent that listens for them (say, a driver's), and ``wait``,
+            ``ended`` and ``on_end_of_substream`` raise.
     """
 
     def __init__(
@@ -100,6 +104,7 @@ class LocalAgent:
         tls_ca: Pem | None = None,
         tls_server_name: str | None = None,
         allow_plaintext: bool = False,
+        listen: bool = True,
     ) -> None:
         if not isinstance(address, str) or ":" not in address:
             raise ValueError(f"address must be 'host:port', got {address!r}")
@@ -154,6 +159,8 @@ class LocalAgent:
         self._callbacks: list[tuple[str, Callable[[Substream], None]]] = []
         self._error: BaseException | None = None
         self._closed = False
+        self._listens = bool(listen)
+        self._hello_hosts = list(hosts or ())
         self._last_contact = self._intervals.now()
         self.messages_sent = 0
 
@@ -164,7 +171,7 @@ class LocalAgent:
             self._channel = grpc.insecure_channel(address)
         self._stubs = client_stubs(self._channel)
         try:
-            reply = self._hello(pb.HelloRequest(process_id=process_id, hosts=list(hosts or ())), connect_timeout)
+            reply = self._hello(pb.HelloRequest(process_id=process_id, hosts=self._hello_hosts), connect_timeout)
         except grpc.RpcError as exc:
             self._channel.close()
             raise self._translate(exc) from None
@@ -173,8 +180,11 @@ class LocalAgent:
         self._seq = reply.last_seq
         self._stop = threading.Event()
         self._call = None
-        self._listener = threading.Thread(target=self._listen, name=f"tracker-listen-{process_id}", daemon=True)
-        self._listener.start()
+        self._listener = None
+        if self._listens:
+            self._listener = threading.Thread(target=self._listen, name=f"tracker-listen-{process_id}",
+                                              daemon=True)
+            self._listener.start()
         self._flusher = None
         if flush_interval is not None:
             self._flusher = threading.Thread(target=self._flush_loop, name=f"tracker-flush-{process_id}", daemon=True)
@@ -283,6 +293,7 @@ class LocalAgent:
         """Call ``callback(substream)`` on each NEOSS for the process (listener thread)."""
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {callback!r}")
+        self._check_listens()
         process = self._at(process)
         with self._cond:
             self._callbacks.append((process, callback))
@@ -290,6 +301,7 @@ class LocalAgent:
     def wait(self, substream: Substream, timeout: float | None = None, process: str | None = None) -> bool:
         """Block until NEOSS(substream) arrived for the process; False on timeout."""
         check_substream(substream)
+        self._check_listens()
         key = (self._at(process), substream)
         with self._cond:
             self._cond.wait_for(lambda: key in self._delivered or self._error is not None or self._closed, timeout)
@@ -298,9 +310,14 @@ class LocalAgent:
 
     def ended(self, substream: Substream, process: str | None = None) -> bool:
         """Whether NEOSS(substream) already arrived for the process."""
+        self._check_listens()
         key = (self._at(process), substream)
         with self._cond:
             return key in self._delivered
+
+    def _check_listens(self) -> None:
+        if not self._listens:
+            raise RuntimeError(f"agent {self.process_id!r} reports only (listen=False): it receives no NEOSS")
 
     def _listen(self) -> None:
         backoff = 0.02
@@ -510,7 +527,8 @@ class LocalAgent:
         self._stop.set()
         if self._call is not None:
             self._call.cancel()
-        self._listener.join(timeout=10)
+        if self._listener is not None:
+            self._listener.join(timeout=10)
         if self._flusher is not None:
             self._flusher.join(timeout=10)
         self._channel.close()

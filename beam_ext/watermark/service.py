@@ -183,6 +183,11 @@ class TrackerService:
         self._monitor = asyncio.ensure_future(self._monitor_liveness())
 
     @property
+    def running(self) -> bool:
+        """Whether the service is serving (started and not stopped)."""
+        return self._loop is not None and self._server is not None
+
+    @property
     def address(self) -> str:
         """``host:port`` that agents connect to (after ``start()``)."""
         if self._address is None:
@@ -363,7 +368,11 @@ class TrackerService:
                 if request.hosts:
                     self._table.register_agent(agent, hosts)
                 for h in hosts:
-                    self._host_agent[h] = agent
+                    # An agent that listens for h keeps receiving its NEOSS when a
+                    # report-only agent (an executor's) says it hosts h too.
+                    routed = self._host_agent.get(h)
+                    if routed is None or routed == agent or routed not in self._subscribers:
+                        self._host_agent[h] = agent
                 self._seen(agent)
             last = self._table._last_seq.get(agent, 0)
         if unknown:
@@ -441,6 +450,13 @@ class TrackerService:
             old.put_nowait(None)
         self._subscribers[proc] = q
         with self._lock:
+            # The agent that listens receives the NEOSS of every process it hosts.
+            try:
+                hosts = self._table.hosts_of(proc)
+            except TableError:
+                hosts = frozenset()
+            for h in hosts:
+                self._host_agent[h] = proc
             self._seen(proc)
             # Decided before this stream existed and not acknowledged: resend.
             try:

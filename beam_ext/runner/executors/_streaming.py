@@ -44,6 +44,7 @@ from beam_ext.runner._shuffle import ElementSplitter, identity_partition, unpack
 from beam_ext.runner.executors._batch import BatchExecutor, _AccumulatorParam, _keyed_blobs, _round_robin, _tag
 from beam_ext.runner.executors._commit_log import CommitLog, Progress
 from beam_ext.runner.executors._side_inputs import side_input_state
+from beam_ext.runner.executors._watermarks import make_watermarks
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.state import _versioned as versioned
 from beam_ext.runner.worker._streaming import BatchContext, TaskSummary, run_streaming_partition
@@ -70,6 +71,8 @@ def _keyed_records(splitter: ElementSplitter, partitions: int, index: int, chunk
 def _unkeyed_chunk(record):
     # Keyed blobs hold (key, element) pairs; the stage reads the elements.
     index, blob = record
+    if not isinstance(blob, bytes):
+        return record  # a tracker marker
     return index, b"".join(element for _, element in unpack([blob]))
 
 
@@ -90,7 +93,8 @@ class StreamingExecutor(BatchExecutor):
     """
 
     def __init__(self, spark, plan: Plan, parallelism: int, checkpoint_dir: str | None,
-                 batch_interval: float = 0.2, stop: threading.Event | None = None) -> None:
+                 batch_interval: float = 0.2, stop: threading.Event | None = None,
+                 watermarks: str = "min", tracker_options: dict | None = None) -> None:
         super().__init__(spark, plan, parallelism)
         self._stop = stop or threading.Event()
         self._interval = batch_interval
@@ -106,11 +110,18 @@ class StreamingExecutor(BatchExecutor):
         self.progress = Progress()
         self._lock = threading.Lock()
         self._reports = self._sc.accumulator({}, _LatestReport())
+        self._watermarks = make_watermarks(watermarks, self._sc, plan, parallelism, self._producers,
+                                           self._group_owner, tracker_options)
 
     def _fingerprint(self) -> str:
         names = "\n".join(s.name for s in self._plan.stages)
         digest = hashlib.sha256(names.encode("utf-8")).hexdigest()[:16]
         return f"stages={len(self._plan.stages)} parallelism={self._parallelism} digest={digest}"
+
+    @property
+    def watermark_stats(self) -> dict:
+        """Counters of the watermark source (``--watermarks``): lag, messages."""
+        return self._watermarks.stats()
 
     # -- the loop ----------------------------------------------------------
     def run(self) -> None:
@@ -119,6 +130,7 @@ class StreamingExecutor(BatchExecutor):
             if restored is not None:
                 self.progress = restored
                 _LOG.info("resuming after committed batch %d from %s", restored.batch, self._log.root)
+            self._watermarks.start(self.progress)
             with self._lock:
                 self.monitoring = {
                     stage: [metrics_pb2.MonitoringInfo.FromString(b) for b in infos]
@@ -133,6 +145,7 @@ class StreamingExecutor(BatchExecutor):
         finally:
             self._sc.setJobDescription(None)
             self._release()
+            self._watermarks.stop()
             if self._own_dir and self.done():
                 shutil.rmtree(self._log.root, ignore_errors=True)
 
@@ -254,7 +267,8 @@ class StreamingExecutor(BatchExecutor):
                 kind, index, value = spec.events[position]
                 progress.test_stream_positions[number] = position + 1
                 if kind == "elements":
-                    self._write_from(owner, stage.outputs[index], self._sc.parallelize([value], 1))
+                    records = self._watermarks.source_records(number, stage.outputs[index], value, progress)
+                    self._write_from(owner, stage.outputs[index], self._sc.parallelize(records, 1))
                     self._input_count += spec.counts.get(position, 0)
                 elif kind == "watermark":
                     progress.source_watermarks[(number, index)] = max(
@@ -290,6 +304,7 @@ class StreamingExecutor(BatchExecutor):
             mark = self._produced_watermark(inputs[0], progress)
         else:
             mark = min((self._buffer_watermark(b, progress) for b in inputs), default=MAX_TIMESTAMP)
+        mark = self._watermarks.input_watermark(owner, mark, progress)
         return max(mark, self.progress.input_watermark(owner))  # watermarks never go back
 
     def _settle(self, progress: Progress) -> None:
@@ -341,7 +356,7 @@ class StreamingExecutor(BatchExecutor):
         if buffer_id == IMPULSE_BUFFER:
             if self._batch_progress.impulse_done:
                 return self._sc.parallelize([], 1)
-            return self._sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
+            return self._sc.parallelize([ENCODED_IMPULSE_VALUE] + self._watermarks.impulse_records(), 1)
         if buffer_id in self._group_owner:
             return self._grouped.get(buffer_id) or self._sc.parallelize([], 1)
         return super()._read(buffer_id)
@@ -383,9 +398,10 @@ class StreamingExecutor(BatchExecutor):
             read_version=progress.state_versions.get(owner),
             previous_watermark=self.progress.input_watermark(owner),
             watermark=watermark, processing_time=now)
-        records = self._streaming_input(stage)
-        out = records.mapPartitionsWithIndex(functools.partial(
-            _stage_task, stage.spec, broadcast, context, self._reporter(progress.batch, owner)))
+        records = self._streaming_input(stage, owner, progress)
+        out = records.mapPartitionsWithIndex(self._watermarks.task(
+            owner, functools.partial(_stage_task, stage.spec, broadcast, context),
+            self._reporter(progress.batch, owner), progress))
         self._launch(_Pending(owner, stage.name, out, stage.steps,
                               {i: b for i, b in enumerate(stage.outputs)}, stage.source_pcolls))
         if stage.keeps_state:
@@ -414,7 +430,7 @@ class StreamingExecutor(BatchExecutor):
         with self._lock:
             self.monitoring = {**self.monitoring, stage_name: merged}
 
-    def _streaming_input(self, stage: PlannedStage):
+    def _streaming_input(self, stage: PlannedStage, owner: str, progress: Progress):
         """The stage's records; for a stage with state, exactly one partition per state partition."""
         if not stage.keeps_state:
             parts = [_tag(i, self._read(b)) for i, b in enumerate(stage.inputs) if self._has_input(b)]
@@ -428,11 +444,13 @@ class StreamingExecutor(BatchExecutor):
             splitter = ElementSplitter(stage.input_coders[i])
             rdd = self._read(buffer_id)
             if stage.keyed:
-                parts.append(rdd.mapPartitions(functools.partial(
-                    _keyed_records, splitter, self._parallelism, i)))
+                parts.append(rdd.mapPartitionsWithIndex(self._watermarks.shuffle_side(
+                    owner, functools.partial(_keyed_records, splitter, self._parallelism, i),
+                    stage.input_coders[i], True, progress)))
             else:
-                parts.append(rdd.mapPartitionsWithIndex(functools.partial(
-                    _round_robin, splitter, i, self._parallelism)))
+                parts.append(rdd.mapPartitionsWithIndex(self._watermarks.shuffle_side(
+                    owner, functools.partial(_round_robin, splitter, i, self._parallelism),
+                    stage.input_coders[i], False, progress)))
         records = self._sc.union(parts).partitionBy(self._parallelism, identity_partition).values()
         return records.map(_unkeyed_chunk) if stage.keyed else records
 
@@ -466,6 +484,7 @@ class StreamingExecutor(BatchExecutor):
                         "comes from an unbounded PCollection; side inputs must be bounded for now")
                 with translate_spark_error(stage.steps):
                     chunks = super()._read(spec.buffer).collect() if self._has_input(spec.buffer) else []
+                chunks = [c for c in chunks if isinstance(c, bytes)]  # without tracker markers
                 state.update(side_input_state(spec, chunks))
             progress.side_inputs[number] = state
         return state
@@ -487,9 +506,10 @@ class StreamingExecutor(BatchExecutor):
             read_version=progress.state_versions.get(owner),
             previous_watermark=self.progress.input_watermark(owner),
             watermark=watermark, processing_time=now)
-        out = blobs.mapPartitionsWithIndex(functools.partial(
-            _group_task, self._plan.groups[buffer_id], context, self.progress.output_watermark(owner),
-            self._reporter(progress.batch, owner)))
+        out = blobs.mapPartitionsWithIndex(self._watermarks.task(
+            owner, functools.partial(_group_task, self._plan.groups[buffer_id], context,
+                                     self.progress.output_watermark(owner)),
+            self._reporter(progress.batch, owner), progress))
         gbk = split_buffer_id(buffer_id)[1]
         self._launch(_Pending(owner, f"GroupByKey {gbk}", out, (gbk,), {0: buffer_id}))
         progress.state_versions[owner] = progress.batch

@@ -56,6 +56,9 @@ class TaskSummary:
     next_resume: Timestamp = MAX_TIMESTAMP  # earliest deferred residual
     output_bytes: dict[int, int] = dataclasses.field(default_factory=dict)
     metrics: list[bytes] = dataclasses.field(default_factory=list)  # serialized ProcessBundleResponses
+    # Every hold of the partition, not only the earliest: --watermarks=tracker
+    # reports each one (a hold behind the earliest must not look released).
+    holds: frozenset[Timestamp] = frozenset()
 
     def merge(self, other: TaskSummary) -> TaskSummary:
         bytes_ = dict(self.output_bytes)
@@ -64,10 +67,12 @@ class TaskSummary:
         return TaskSummary(
             min(self.hold, other.hold), min(self.next_event_timer, other.next_event_timer),
             min(self.next_processing_timer, other.next_processing_timer),
-            min(self.next_resume, other.next_resume), bytes_, self.metrics + other.metrics)
+            min(self.next_resume, other.next_resume), bytes_, self.metrics + other.metrics,
+            self.holds | other.holds)
 
     def without_metrics(self) -> TaskSummary:
-        return dataclasses.replace(self, output_bytes={}, metrics=[])
+        """What the driver keeps between batches."""
+        return dataclasses.replace(self, output_bytes={}, metrics=[], holds=frozenset())
 
     def has_due_work(self, watermark: Timestamp, processing_time: Timestamp) -> bool:
         return (self.next_event_timer <= watermark or self.next_processing_timer <= processing_time
@@ -142,10 +147,13 @@ class _StreamingTaskWorker(_TaskWorker):
             else:
                 summary.next_event_timer = min(summary.next_event_timer, fires)
                 # A pending event-time timer holds its output timestamp back.
-                summary.hold = min(summary.hold, min(t.hold_timestamp for t in table.values()))
+                holds = {t.hold_timestamp for t in table.values()}
+                summary.hold = min(summary.hold, min(holds))
+                summary.holds |= holds
         for _, _, resume_at, watermark in self._deferred:
             summary.next_resume = min(summary.next_resume, resume_at)
             summary.hold = min(summary.hold, watermark)
+            summary.holds |= {watermark}
         return summary
 
 

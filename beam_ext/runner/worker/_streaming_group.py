@@ -16,7 +16,7 @@ from typing import Any, Iterable, Iterator
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.transforms import trigger
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Timestamp
 
 from beam_ext.runner._shuffle import unpack
 from beam_ext.runner.state import _versioned as versioned
@@ -111,6 +111,9 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
             continue  # the key's windows are all done: nothing to keep
         kept[encoded_key] = _freeze(state)
         summary.hold = min(summary.hold, state.get_earliest_hold())
+        # Each window's hold, as get_earliest_hold computes the earliest one.
+        summary.holds |= {min(tags["watermark"]) - TIME_GRANULARITY
+                          for tags in state.state.values() if tags.get("watermark")}
         for timers in state.timers.values():
             for (_name, domain, _tag), timestamp in timers.items():
                 if domain == TimeDomain.REAL_TIME:
