@@ -41,7 +41,7 @@ def test_generator_agrees_across_any_split(bench):
 
 def test_direct_runner_rows_count_every_event(bench, tmp_path):
     cfg = bench.Config("direct", rate=500.0, duration=3.0, out=str(tmp_path / "direct.csv"), warmup=0.0)
-    r = bench.run_engine(cfg)
+    r = bench.run_engine(cfg, warm_up=False)
     assert r.not_run is None and r.finished
     assert r.rows > 0 and r.late_rows > 0
     assert r.events == r.expected_events == 1500
