@@ -552,11 +552,6 @@ def _plot(results: list[Result], cmd: str, path: str) -> None:
         pick = rng.choice(len(lat), min(len(lat), 4000), replace=False)
         axes[1].scatter(np.array(r.arrivals)[pick], np.maximum(np.array(r.latencies_ms)[pick], 1.0),
                         s=3, alpha=0.4, label=label)
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    for axis in (axes[0].xaxis, axes[1].yaxis):
-        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
-        axis.set_minor_formatter(NullFormatter())
     axes[0].set_xscale("log")
     axes[0].set_xlabel("arrival-to-result latency (ms)")
     axes[0].set_ylabel("fraction of result rows")
@@ -569,6 +564,12 @@ def _plot(results: list[Result], cmd: str, path: str) -> None:
     axes[1].set_ylabel("latency (ms)")
     axes[1].set_title("latency over the run")
     axes[1].legend(fontsize=8, markerscale=4)
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    # After set_*scale, which installs its own formatters: plain numbers, no minor labels.
+    for axis in (axes[0].xaxis, axes[1].yaxis):
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,g}"))
+        axis.set_minor_formatter(NullFormatter())
     fig.suptitle(f"reproduce: {cmd}", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
