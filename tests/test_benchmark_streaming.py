@@ -50,7 +50,7 @@ def test_direct_runner_rows_count_every_event(bench, tmp_path):
 
     refused = bench.Result(bench.Config("sparkrunner"), not_run="NotImplementedError: no streaming")
     args = argparse.Namespace(quick=True, rate=500.0, duration=3.0, watermarks=None)
-    bench._write_report([r, refused], args, str(tmp_path))
+    bench._write_report([r, refused], bench._command(args), str(tmp_path))
     report = (tmp_path / "streaming.md").read_text()
     assert "python benchmarks/streaming.py --quick" in report
     assert "not run: `NotImplementedError: no streaming`" in report
