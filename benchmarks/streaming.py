@@ -41,6 +41,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -448,6 +449,8 @@ def summarize(cfg: Config, not_run: str | None = None, finished: bool = True) ->
     """Latency percentiles, events processed and keeping up, from the rows in ``cfg.out``."""
     if not_run:
         return Result(cfg, not_run=not_run)
+    if not os.path.exists(cfg.out + ".t0"):  # stopped before its source started
+        return Result(cfg, finished=finished)
     with open(cfg.out + ".t0") as f:
         t0 = float(f.read())
     rows = np.loadtxt(cfg.out, delimiter=",", usecols=(0, 1, 2, 3, 4), ndmin=2) \
@@ -496,11 +499,13 @@ def _run_engine_process(cfg: Config) -> Result:
     cmd = [sys.executable, os.path.abspath(__file__), "--one", json.dumps(asdict(cfg))]
     # Start-up (twice: warm-up run, then the measured one) on top of the engine's own deadline.
     timeout = cfg.duration + cfg.deadline + _WARM_UP_SECONDS + 240
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Its own process group: at the timeout, the engine's JVM and Python workers go with it.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         print(f"{cfg.engine}: stopped after {timeout:.0f} s", flush=True)
         return summarize(cfg, finished=False)
