@@ -223,3 +223,14 @@ def test_a_bounded_side_input_reaches_elements_of_later_micro_batches(spark, tmp
         return p | stream | beam.Map(lambda e, s: [e, sorted(s)], beam.pvalue.AsList(side))
 
     assert streaming_equals_direct(build, tmp_path) == [["e", [1, 2, 3]], ["f", [1, 2, 3]]]
+
+
+def test_a_test_stream_ending_on_a_watermark_nothing_waits_for_still_ends(spark, tmp_path):
+    # The batch of the last event runs nothing; the TestStream then advances to +inf.
+    def build(p):
+        stream = TestStream().add_elements([TV(("k", 1), 1)]).advance_processing_time(1).advance_watermark_to(5)
+        return _panes(p | stream | beam.WindowInto(
+            window.FixedWindows(10), trigger=trigger.AfterWatermark(early=trigger.AfterProcessingTime(100)),
+            accumulation_mode=trigger.AccumulationMode.DISCARDING) | beam.GroupByKey())
+
+    assert streaming_equals_direct(build, tmp_path) == [["k", [1], "[0.0, 10.0)", 1, 0, True, True]]

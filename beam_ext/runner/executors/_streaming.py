@@ -234,7 +234,11 @@ class StreamingExecutor(BatchExecutor):
         return worked or self._uses_test_clock
 
     def _test_streams_exhausted(self) -> bool:
-        return all(self.progress.test_stream_positions.get(n, 0) >= len(s.test_stream.events)
+        # Past the last event, each TestStream still takes one batch to move its outputs to +inf.
+        progress = self.progress
+        return all(progress.test_stream_positions.get(n, 0) >= len(s.test_stream.events)
+                   and all(progress.source_watermarks.get((n, i), MIN_TIMESTAMP) >= MAX_TIMESTAMP
+                           for i in s.test_stream.outputs)
                    for n, s in enumerate(self._plan.stages) if s.test_stream is not None)
 
     def _log_batch(self, batch: int, progress: Progress, seconds: float) -> None:
