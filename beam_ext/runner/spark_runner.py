@@ -146,7 +146,10 @@ def _is_streaming(pipeline, options: pipeline_options.PipelineOptions) -> bool:
                     _batch_elements(node.transform)
                 except NotImplementedError as e:
                     found.append(str(e))
-            elif any(getattr(out, "is_bounded", True) is False for out in node.outputs.values()):
+            elif (any(getattr(out, "is_bounded", True) is False for out in node.outputs.values())
+                  and all(getattr(i, "is_bounded", True) is not False for i in node.inputs)):
+                # Only where unboundedness starts: PCollections downstream of a
+                # TestStream say unbounded even when batch replays it.
                 found.append(f"{node.full_label} is unbounded")
 
     pipeline.visit(_Unbounded())
@@ -159,7 +162,14 @@ def _proto_is_streaming(proto, options: pipeline_options.PipelineOptions) -> boo
     """For a Runner API proto: ``--streaming``, or a TestStream or unbounded PCollection left in it."""
     if options.view_as(pipeline_options.StandardOptions).streaming:
         return True
-    return any(t.spec.urn == common_urns.primitives.TEST_STREAM.urn
-               for t in proto.components.transforms.values()) or any(
-        p.is_bounded == beam_runner_api_pb2.IsBounded.UNBOUNDED
-        for p in proto.components.pcollections.values())
+    pcolls = proto.components.pcollections
+    unbounded = beam_runner_api_pb2.IsBounded.UNBOUNDED
+    for transform in proto.components.transforms.values():
+        if transform.spec.urn == common_urns.primitives.TEST_STREAM.urn:
+            return True
+        # Where unboundedness starts (a source), not PCollections downstream of
+        # a TestStream that batch replaced by a bounded source.
+        if (any(pcolls[o].is_bounded == unbounded for o in transform.outputs.values())
+                and not any(pcolls[i].is_bounded == unbounded for i in transform.inputs.values())):
+            return True
+    return False
