@@ -55,16 +55,35 @@ def _job_env(token: str) -> dict:
 
 def _processes_of(token: str) -> list[int]:
     needle = f"BEAM_EXT_FAULT_RUN={token}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.append(int(entry))
-            except OSError:
-                continue  # gone, or a zombie
-    return found
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and _has_token(int(entry), needle)]
+
+
+def _has_token(pid: int, needle: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return needle in f.read().split(b"\0")
+    except OSError:
+        return False  # gone, or a zombie
+
+
+def _kill_processes_of(token: str) -> list[int]:
+    """Kills what is left of the run; a pid reused meanwhile by another process is spared."""
+    needle = f"BEAM_EXT_FAULT_RUN={token}".encode()
+    killed = []
+    for pid in _processes_of(token):
+        try:
+            handle = os.pidfd_open(pid)  # pins the process: its pid cannot name another one now
+        except ProcessLookupError:
+            continue
+        try:
+            if _has_token(pid, needle):
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+                killed.append(pid)
+        except ProcessLookupError:
+            pass
+        finally:
+            os.close(handle)
+    return killed
 
 
 def _committed(checkpoint: str) -> int:
@@ -111,7 +130,8 @@ def test_killed_driver_resumes_from_its_checkpoint_with_nothing_lost_or_duplicat
                 assert first.poll() is None, f"the job ended before batch {kill_after}:\n{_tail(log_path)}"
                 time.sleep(0.02)
         finally:
-            os.killpg(first.pid, signal.SIGKILL)
+            if first.returncode is None:  # not reaped yet, so its pid still names its process group
+                os.killpg(first.pid, signal.SIGKILL)
             first.wait()
     # PySpark's daemon leads a process group of its own and takes its
     # workers down when the JVM's pipe closes: wait until every process of
@@ -119,10 +139,7 @@ def test_killed_driver_resumes_from_its_checkpoint_with_nothing_lost_or_duplicat
     deadline = time.monotonic() + 120
     while _processes_of(token) and time.monotonic() < deadline:
         time.sleep(0.1)
-    survivors = _processes_of(token)
-    for pid in survivors:
-        os.kill(pid, signal.SIGKILL)
-    assert not survivors, "processes of the killed job outlived it"
+    assert not _kill_processes_of(token), "processes of the killed job outlived it"
     killed_at = _committed(checkpoint)
     assert killed_at >= kill_after
     assert job.read_outputs(str(out)) != direct_outputs  # killed mid-stream
