@@ -3,9 +3,14 @@
 ``TestPipeline()`` inside Beam's tests reads its options from
 ``TestPipeline.pytest_test_pipeline_options``; setting it here makes every
 ``it_validatesrunner`` test run on SparkRunner, on the session's local[2]
-SparkSession (SparkRunner attaches to the active session).
+SparkSession (SparkRunner attaches to the active session). Beam's streaming
+tests pass their own options (``--streaming``), which a ``TestPipeline``
+prefers to these: the ``test_pipelines_on_spark`` fixture points them at
+SparkRunner too.
 """
 from __future__ import annotations
+
+import sys
 
 import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
@@ -20,8 +25,49 @@ _ONE_PROCESS = (
     "the result depends on every step running in one Python process, as on DirectRunner: "
     "{}; SparkRunner runs the steps in several Spark Python workers")
 
-# Each skip names the test and why; docs/runner.md lists them too.
+_REVERSE_TEST_STREAM = (
+    "ReverseTestStream pairs elements with the runner's clock and watermark through "
+    "PairWithTiming, a primitive only Beam's Python DirectRunner implements (it has no "
+    "portable URN: the pipeline proto carries it as beam:transform:pickled_python:v1)")
+_UNBOUNDED_SIDE_INPUT = (
+    "the side input comes from the TestStream, an unbounded PCollection: SparkRunner "
+    "streaming takes bounded side inputs only for now (complete before the main input "
+    "needs them) and refuses this with NotImplementedError")
+
+_DIRECT_STALLS = (
+    "fails on Beam's DirectRunner in streaming too, which the transcript marks broken_on "
+    "(SwitchingDirectRunner: {}); run on BundleBasedDirectRunner it ends in the executor's "
+    "pipeline-stall error")
+
+# Each skip names the test and why; docs/runner.md lists them too. Names
+# match node ids by suffix: "TestStreamTranscriptTest::t" covers the
+# WeakTestStreamTranscriptTest variant too.
 SKIPPED_ON_SPARK = {
+    # transforms/trigger_test.py transcripts on SparkRunner --streaming
+    "TestStreamTranscriptTest::test_early_late_sessions": _DIRECT_STALLS.format(
+        "'Watermark regresses, causing what should be late data to not be late'"),
+    "TestStreamTranscriptTest::test_garbage_collection": _DIRECT_STALLS.format("'claims pipeline stall'"),
+    "TestStreamTranscriptTest::test_timestamp_combiner_custom_timestamping_earliest_1": (
+        "OUTPUT_AT_EARLIEST_TRANSFORMED has no Runner API encoding ('unknown enum label'): "
+        "no portable runner can receive the pipeline; the transcript marks it broken on "
+        "the DirectRunner, which fails the same way"),
+    # testing/test_stream_test.py on SparkRunner --streaming
+    "ReverseTestStreamTest::test_basic_execution": _REVERSE_TEST_STREAM,
+    "ReverseTestStreamTest::test_basic_execution_in_records_format": _REVERSE_TEST_STREAM,
+    "ReverseTestStreamTest::test_windowing": _REVERSE_TEST_STREAM,
+    "TestStreamTest::test_basic_execution_sideinputs": _UNBOUNDED_SIDE_INPUT,
+    "TestStreamTest::test_basic_execution_sideinputs_fixed_windows": _UNBOUNDED_SIDE_INPUT,
+    "TestStreamTest::test_basic_execution_with_service": (
+        "the TestStream reads its events at run time from a TestStreamService over gRPC "
+        "(Interactive Beam's mechanism, read only by Beam's Python DirectRunner); SparkRunner "
+        "plans a TestStream from the events in the pipeline and refuses an endpoint"),
+    "TestStreamTest::test_windowed_values_interpreted_correctly": (
+        "the element is a WindowedValueHolder asking to be placed in IntervalWindow(5, 10) "
+        "although the TestStream's output is globally windowed; a portable runner carries "
+        "elements encoded with the PCollection's window coder (GlobalWindowCoder), which "
+        "cannot hold that window. Only Beam's Python DirectRunner, passing Python objects "
+        "between steps, unreifies it"),
+
     "BatchElementsTest::test_constant_batch": _ONE_BUNDLE,
     "BatchElementsTest::test_constant_batch_no_metrics": _ONE_BUNDLE,
     "BatchElementsTest::test_length_fn_without_stateful_is_ignored": _ONE_BUNDLE,
@@ -54,6 +100,29 @@ SKIPPED_ON_SPARK = {
 }
 
 
+# Beam's streaming suites run this representative subset by default: every
+# micro-batch costs Spark jobs, and a transcript replays dozens of them. Their
+# other tests, but the skipped ones, carry the ``slow_streaming`` marker, which
+# pytest.ini deselects; ``pytest -m slow_streaming tests/beam_conformance`` runs them.
+_STREAMING_SUITES = ("test_beam_test_stream_suite.py", "test_beam_trigger_suite.py")
+STREAMING_DEFAULT = (
+    # test_stream_test.py: the tests that build no pipeline, then elements and watermarks,
+    # processing time, bounded side inputs, GroupByKey with a watermark trigger
+    "::TestStreamTest::test_basic_test_stream",
+    "::TestStreamTest::test_test_stream_errors",
+    "::TestStreamTest::test_instance_check_windowed_value_holder",
+    "::TestStreamTest::test_roundtrip_proto",
+    "::TestStreamTest::test_roundtrip_proto_multi",
+    "::TestStreamTest::test_basic_execution",
+    "::TestStreamTest::test_basic_execution_batch_sideinputs",
+    "::TestStreamTest::test_gbk_execution_after_watermark_trigger",
+    # trigger_test.py: processing-time triggers, a pane's watermark hold, one transcript
+    "::TriggerPipelineStreamingTest::test_after_processing_time",
+    "::TriggerPipelineStreamingTest::test_on_pane_watermark_hold_no_pipeline_stall",
+    "::TestStreamTranscriptTest::test_discarding_early_fixed",
+)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _beam_tests_on_spark(spark):
     previous = TestPipeline.pytest_test_pipeline_options
@@ -62,19 +131,49 @@ def _beam_tests_on_spark(spark):
     TestPipeline.pytest_test_pipeline_options = previous
 
 
+class _SparkTestPipeline(TestPipeline):
+    """A ``TestPipeline`` on SparkRunner even when the test passes its own options.
+
+    ``TestPipeline(options=...)`` ignores ``pytest_test_pipeline_options``
+    and would run on Beam's default DirectRunner; a runner the test names
+    (``TestPipeline('FnApiRunner')``) is kept.
+    """
+
+    def __init__(self, runner=None, options=None, *args, **kwargs):
+        from beam_ext.runner import SparkRunner
+
+        super().__init__(runner or SparkRunner(), options, *args, **kwargs)
+
+
+@pytest.fixture
+def test_pipelines_on_spark(request, monkeypatch):
+    """Makes the ``TestPipeline`` of the Beam modules defining the test class run on SparkRunner."""
+    for cls in request.cls.__mro__:
+        module = sys.modules[cls.__module__]
+        if cls.__module__.startswith("apache_beam.") and hasattr(module, "TestPipeline"):
+            monkeypatch.setattr(module, "TestPipeline", _SparkTestPipeline)
+
+
 def pytest_collection_modifyitems(config, items):
     """Of Beam's imported test classes, keep the runner-validation tests.
 
     Modules named ``test_validates_runner_*`` hold Beam's classes as they are
     (only ``it_validatesrunner`` tests run); ``test_fn_api_suite.py`` runs
     Beam's FnApiRunner suite on SparkRunner and ``test_beam_util_suite.py``
-    Beam's util_test classes; both keep everything they collect.
+    Beam's util_test classes; both keep everything they collect. The
+    streaming suites (``_STREAMING_SUITES``) keep ``STREAMING_DEFAULT`` and
+    the skipped tests by default and mark the rest ``slow_streaming``.
     """
     kept, dropped = [], []
     for item in items:
+        skipped = False
         for name, reason in SKIPPED_ON_SPARK.items():
             if item.nodeid.endswith(name):
                 item.add_marker(pytest.mark.skip(reason=reason))
+                skipped = True
+        if item.fspath.basename in _STREAMING_SUITES and not skipped and not any(
+                item.nodeid.endswith(name) for name in STREAMING_DEFAULT):
+            item.add_marker(pytest.mark.slow_streaming)
         in_here = "beam_conformance" in str(item.fspath)
         if in_here and "test_validates_runner_" in item.fspath.basename:
             if item.get_closest_marker("it_validatesrunner") is None:
