@@ -37,8 +37,14 @@ setup(
             "mock",
             "tenacity",
             "dill==0.3.1.1",  # the version Beam requires for its compatibility-mode tests
+            # Beam's DataFrame tests (tests/beam_conformance) need the [dataframe] range.
+            "pandas>=2.2,<2.4",
         ],
+        # Beam 2.77's DataFrame API supports pandas < 2.4 (its own `dataframe`
+        # extra); PySpark's pandas functions need >= 2.2. pandas 3 breaks
+        # `import apache_beam.dataframe.transforms`.
+        "dataframe": ["pandas>=2.2,<2.4"],
         # pandas: PySpark requires it for mapInArrow (benchmarks/sliding.py).
-        "bench": ["matplotlib>=3.8", "pandas>=2.2"],
+        "bench": ["matplotlib>=3.8", "pandas>=2.2,<2.4"],
     },
 )
