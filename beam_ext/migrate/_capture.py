@@ -24,7 +24,7 @@ import os
 import runpy
 import sys
 import traceback
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricResults
@@ -56,7 +56,7 @@ class ExternalExpansion:
 class Capture:
     """What building a script gave.
 
-    ``pipelines``: (pipeline, options) of each pipeline the script ran;
+    ``pipelines``: (pipeline, options, what ``on_run`` said) of each pipeline the script ran;
     ``unrun``: pipelines constructed but never run (the script stopped while
     building them); ``error``: the script's exception, if it raised, with
     ``failed_at`` the labels of the transforms being applied when it did
@@ -110,9 +110,13 @@ class CaptureRunner(runner.PipelineRunner):
     """
 
     captured: list = []
+    # Called as on_run(pipeline, options) while the script's module is still
+    # alive (schemas of its NamedTuples resolve through it); its result is kept.
+    on_run: Optional[Callable] = None
 
     def run_pipeline(self, pipeline, options):
-        CaptureRunner.captured.append((pipeline, options))
+        analysis = CaptureRunner.on_run(pipeline, options) if CaptureRunner.on_run else None
+        CaptureRunner.captured.append((pipeline, options, analysis))
         return CapturedResult()
 
 
@@ -227,13 +231,19 @@ def script_argv(script: str, args: list[str]) -> list[str]:
     return [script, *kept, f"--runner={_RUNNER}"]
 
 
-def build(script: str, args: list[str]) -> Capture:
-    """Runs ``script`` (a path, or a module name) with ``args`` and captures the pipelines it builds."""
+def build(script: str, args: list[str], on_run: Optional[Callable] = None) -> Capture:
+    """Runs ``script`` (a path, or a module name) with ``args`` and captures the pipelines it builds.
+
+    ``on_run(pipeline, options)`` is called when the script runs a pipeline
+    (its result is kept with the pipeline in ``Capture.pipelines``); it must
+    not raise.
+    """
     from apache_beam.io import filebasedsource
 
     capture = Capture()
     created: list = []
     CaptureRunner.captured = []
+    CaptureRunner.on_run = on_run
 
     @contextlib.contextmanager
     def stand_in(service):
@@ -272,8 +282,9 @@ def build(script: str, args: list[str]) -> Capture:
         finally:
             sys.argv = saved_argv
             sys.path[:] = saved_path
+            CaptureRunner.on_run = None
     capture.pipelines = list(CaptureRunner.captured)
-    ran = {id(p) for p, _ in capture.pipelines}
+    ran = {id(p) for p, _, _ in capture.pipelines}
     capture.unrun = [p for p in created if id(p) not in ran]
     return capture
 

@@ -145,44 +145,49 @@ def check_script(script: str, args: list[str] | None = None, *, gcp_access: bool
     """
     args = list(args or [])
     report = Report(script=script, args=args)
-    capture = build(script, args)
-    externals = frozenset(e.full_label for e in capture.externals)
-    judged = [(p, o, False) for p, o in capture.pipelines]
-    stopped = None
+
+    def analyse(pipeline, options, partial=False) -> list[Row]:
+        try:
+            return _pipeline_rows(pipeline, options, gcp_access, all_steps, partial)
+        except Exception as exc:  # a bug of the checker must not pass for the script's failure
+            return [Row(_PIPELINE, "", CANNOT, f"the checker failed on this pipeline: {exc!r}")]
+
+    capture = build(script, args, on_run=analyse)
+    judged = [(o, rows) for _, o, rows in capture.pipelines]
     if capture.error is not None:
         kind = _failure_kind(capture.error, capture.error_text)
         if kind is None:
             report.build_error = capture.error_text
             return report
         if capture.unrun:
-            stopped = (capture.failed_at[-1] if capture.failed_at else _PIPELINE, kind)
-            judged.append((capture.unrun[-1], capture.unrun[-1]._options, True))
+            # Judge what was built before the failure, then the step that failed.
+            pipeline = capture.unrun[-1]
+            label = capture.failed_at[-1] if capture.failed_at else _PIPELINE
+            inner = capture.failed_at[0] if capture.failed_at else label
+            rows = [r for r in analyse(pipeline, pipeline._options, partial=True)
+                    if r.transform != label and not label.startswith(r.transform + "/")]
+            where = "" if inner == label else f"{inner!r}: "
+            rows.append(Row(label, "", CANNOT, f"{where}{kind}; building stopped here: {_last_line(capture)}"))
+            report.notes.append(f"building stopped at {label!r}: transforms applied after it were not checked")
+            judged.append((pipeline._options, rows))
         else:
             report.notes.append(f"the script raised after its pipeline was built: {_last_line(capture)}")
     elif capture.exit_code is not None and not judged:
         report.build_error = f"the script exited with status {capture.exit_code} before building a pipeline"
         return report
     if not judged and capture.unrun:
-        judged = [(p, p._options, False) for p in capture.unrun]
+        judged = [(p._options, analyse(p, p._options)) for p in capture.unrun]
         report.notes.append("the script built its pipeline but never ran it")
     if not judged:
         report.build_error = ("the script built no pipeline (does it build and run one when started as "
                               "__main__?)")
         return report
     seen_options: set[str] = set()
-    for index, (pipeline, options, partial) in enumerate(judged):
-        rows = _pipeline_rows(pipeline, options, externals, gcp_access, all_steps, partial)
-        if partial and stopped:
-            label, kind = stopped
-            rows = [r for r in rows if r.transform != label and not label.startswith(r.transform + "/")]
-            inner = capture.failed_at[0] if capture.failed_at else label
-            where = "" if inner == label else f"{inner!r}: "
-            rows.append(Row(label, "", CANNOT, f"{where}{kind}; building stopped here: {_last_line(capture)}"))
-            report.notes.append(f"building stopped at {label!r}: transforms applied after it were not checked")
+    for index, (options, rows) in enumerate(judged):
         for row in rows:
             row.pipeline = index
         report.rows += rows
-        for verdict in rules._option_verdicts(options) + rules.gcs_option_verdicts(options, gcp_access):
+        for verdict in rules.gcs_option_verdicts(options, gcp_access) + rules._option_verdicts(options):
             if verdict.option not in seen_options:
                 seen_options.add(verdict.option)
                 report.options.append(verdict)
@@ -204,10 +209,14 @@ def _failure_kind(error: BaseException, text: str) -> Optional[str]:
     return None
 
 
-def _pipeline_rows(pipeline, options, externals: frozenset[str], gcp_access: bool, all_steps: bool,
-                   partial: bool) -> list[Row]:
+def _pipeline_rows(pipeline, options, gcp_access: bool, all_steps: bool, partial: bool) -> list[Row]:
+    from apache_beam.transforms.external import ExternalTransform
+
     root = pipeline.transforms_stack[0]
-    nodes = _nodes(root) if all_steps else list(root.parts)
+    every = _nodes(root)
+    nodes = every if all_steps else list(root.parts)
+    # Cross-language steps have their own rule; the planner's "unknown URN" would repeat it.
+    externals = frozenset(n.full_label for n in every if isinstance(n.transform, ExternalTransform))
     findings = rules.step_findings(root, gcp_access)
     urns: dict[str, str] = {}
     try:

@@ -94,6 +94,17 @@ def _gcp_finding(step: str, what: str, gcp_access: bool) -> Finding:
     return Finding(step, CANNOT, f"cannot run here: {GCP_REASON} ({what})")
 
 
+def _not_scanned() -> tuple[type, ...]:
+    from apache_beam import pipeline, pvalue
+
+    # What every transform can reach (its pipeline, the options): not the transform's own paths.
+    return (bytes, int, float, bool, type(None), pipeline.Pipeline, pipeline.AppliedPTransform,
+            po.PipelineOptions, pvalue.PValue)
+
+
+_NOT_SCANNED = _not_scanned()
+
+
 def gcs_paths(obj, depth: int = 3) -> Iterator[str]:
     """``gs://`` paths among a transform's attributes (a few levels deep)."""
     seen: set[int] = set()
@@ -105,7 +116,7 @@ def gcs_paths(obj, depth: int = 3) -> Iterator[str]:
             if value.startswith("gs://"):
                 yield value
             return
-        if level > depth or id(value) in seen or isinstance(value, (bytes, int, float, bool, type(None))):
+        if level > depth or id(value) in seen or isinstance(value, _NOT_SCANNED):
             return
         seen.add(id(value))
         if isinstance(value, dict):
