@@ -24,7 +24,7 @@ import os
 import runpy
 import sys
 import traceback
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricResults
@@ -65,11 +65,11 @@ class Capture:
 
     pipelines: list = dataclasses.field(default_factory=list)
     unrun: list = dataclasses.field(default_factory=list)
-    error: Optional[BaseException] = None
+    error: BaseException | None = None
     error_text: str = ""
     failed_at: list[str] = dataclasses.field(default_factory=list)
     externals: list[ExternalExpansion] = dataclasses.field(default_factory=list)
-    exit_code: Optional[object] = None
+    exit_code: object | None = None
 
 
 class _NoMetrics(MetricResults):
@@ -112,7 +112,7 @@ class CaptureRunner(runner.PipelineRunner):
     captured: list = []
     # Called as on_run(pipeline, options) while the script's module is still
     # alive (schemas of its NamedTuples resolve through it); its result is kept.
-    on_run: Optional[Callable] = None
+    on_run: Callable | None = None
 
     def run_pipeline(self, pipeline, options):
         analysis = CaptureRunner.on_run(pipeline, options) if CaptureRunner.on_run else None
@@ -231,7 +231,7 @@ def script_argv(script: str, args: list[str]) -> list[str]:
     return [script, *kept, f"--runner={_RUNNER}"]
 
 
-def build(script: str, args: list[str], on_run: Optional[Callable] = None) -> Capture:
+def build(script: str, args: list[str], on_run: Callable | None = None) -> Capture:
     """Runs ``script`` (a path, or a module name) with ``args`` and captures the pipelines it builds.
 
     ``on_run(pipeline, options)`` is called when the script runs a pipeline

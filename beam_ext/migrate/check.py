@@ -14,7 +14,6 @@ import json
 import re
 import textwrap
 import traceback
-from typing import Optional
 
 from apache_beam.options import pipeline_options as po
 from apache_beam.portability import common_urns
@@ -54,7 +53,7 @@ class Report:
     rows: list[Row] = dataclasses.field(default_factory=list)
     options: list[OptionVerdict] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
-    build_error: Optional[str] = None
+    build_error: str | None = None
     pipelines: int = 0
 
     @property
@@ -199,7 +198,7 @@ def _last_line(capture: Capture) -> str:
     return "".join(traceback.format_exception_only(type(capture.error), capture.error)).strip().splitlines()[-1]
 
 
-def _failure_kind(error: BaseException, text: str) -> Optional[str]:
+def _failure_kind(error: BaseException, text: str) -> str | None:
     """The reason a build failure means "cannot run", or None for a failure of the script itself."""
     if isinstance(error, CrossLanguageDiscovery) or "expansion service" in text.lower():
         return f"cannot run: {rules.XLANG_REASON}"
