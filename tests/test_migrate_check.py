@@ -18,32 +18,8 @@ from beam_ext.migrate.rules import _option_verdicts
 EXAMPLES = os.path.dirname(apache_beam.examples.__file__)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-GCP_PIPELINE = '''
-"""Reads BigQuery and Pub/Sub, writes text: a pipeline moved from Dataflow."""
-import argparse
-
-import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
-
-
-def run(argv=None):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--output", required=True)
-    known, pipeline_args = parser.parse_known_args(argv)
-    with beam.Pipeline(options=PipelineOptions(pipeline_args)) as p:
-        orders = p | "ReadOrders" >> beam.io.ReadFromBigQuery(
-            query="SELECT id, amount FROM shop.orders", use_standard_sql=True)
-        clicks = p | "ReadClicks" >> beam.io.ReadFromPubSub(topic="projects/my-project/topics/clicks")
-        totals = (orders | "Amounts" >> beam.Map(lambda row: ("orders", row["amount"]))
-                  | "Total" >> beam.CombinePerKey(sum))
-        _ = clicks | "Decode" >> beam.Map(lambda b: b.decode("utf-8"))
-        _ = (totals | "Format" >> beam.MapTuple(lambda k, v: f"{k}: {v}")
-             | "Write" >> beam.io.WriteToText(known.output))
-
-
-if __name__ == "__main__":
-    run()
-'''
+# Reads BigQuery and Pub/Sub, writes text (the example docs/migrating.md shows).
+GCP_PIPELINE = os.path.join(REPO, "examples", "dataflow_shop_totals.py")
 
 
 def _write(tmp_path, name: str, code: str) -> str:
@@ -97,7 +73,7 @@ def test_wordcount_default_input_on_cloud_storage(tmp_path):
 
 
 def test_bigquery_and_pubsub_cannot_run_json_cli(tmp_path):
-    script = _write(tmp_path, "gcp_pipeline.py", GCP_PIPELINE)
+    script = GCP_PIPELINE
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(
         [sys.executable, "-m", "beam_ext.migrate", "check", "--format=json", script,
@@ -119,7 +95,7 @@ def test_bigquery_and_pubsub_cannot_run_json_cli(tmp_path):
 
 
 def test_gcp_access_turns_gcp_ios_into_caveats_but_pubsub_source_stays(tmp_path):
-    script = _write(tmp_path, "gcp_pipeline.py", GCP_PIPELINE)
+    script = GCP_PIPELINE
     report = check_script(script, ["--output", str(tmp_path / "out")], gcp_access=True)
     assert _verdicts(report)["ReadOrders"] == "caveat"
     # Pub/Sub's source has no implementation outside Dataflow and the DirectRunner.
@@ -215,7 +191,7 @@ def test_script_that_fails_to_build_exits_2_with_its_error(tmp_path):
 
 
 def test_text_report_names_verdicts_and_summary(tmp_path):
-    script = _write(tmp_path, "gcp_pipeline.py", GCP_PIPELINE)
+    script = GCP_PIPELINE
     text = check_script(script, ["--output", str(tmp_path / "out")]).to_text()
     lines = text.splitlines()
     assert any(line.startswith("ReadOrders") and " cannot " in line for line in lines)
