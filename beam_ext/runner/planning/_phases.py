@@ -154,19 +154,23 @@ def _input_window_fn(proto: beam_runner_api_pb2.Pipeline,
     return components.windowing_strategies[strategy].window_fn.urn
 
 
-def check_supported(proto: beam_runner_api_pb2.Pipeline, runner_urns: frozenset[str]) -> None:
-    """Refuses, naming the transform, any leaf neither Beam's worker nor the runner can run."""
+def unsupported_leaves(proto: beam_runner_api_pb2.Pipeline,
+                       runner_urns: frozenset[str]) -> list[tuple[str, str]]:
+    """(step, URN) of every leaf neither Beam's worker nor the runner can run."""
     known = (set(bundle_processor.BeamTransformFactory._known_urns) | RUNNER_URNS | runner_urns
              | {common_urns.primitives.IMPULSE.urn} | set(translations.KNOWN_COMPOSITES)
              # Composites whose expansion turned out empty (e.g. a reshuffle
              # that was not needed) are leaves carrying no work.
              | {python_urns.PICKLED_TRANSFORM, python_urns.GENERIC_COMPOSITE_TRANSFORM})
-    leaves = [t for t in proto.components.transforms.values() if not t.subtransforms]
-    for transform in leaves:
-        urn = transform.spec.urn
-        if urn and urn not in known:
-            hint = (" (TestStream needs --streaming)"
-                    if urn == common_urns.primitives.TEST_STREAM.urn else "")
-            raise NotImplementedError(
-                f"SparkRunner cannot run transform {transform.unique_name!r}: "
-                f"unknown URN {urn!r}{hint}")
+    return [(t.unique_name, t.spec.urn) for t in proto.components.transforms.values()
+            if not t.subtransforms and t.spec.urn and t.spec.urn not in known]
+
+
+def check_supported(proto: beam_runner_api_pb2.Pipeline, runner_urns: frozenset[str]) -> None:
+    """Refuses, naming the transform, any leaf neither Beam's worker nor the runner can run."""
+    for name, urn in unsupported_leaves(proto, runner_urns)[:1]:
+        hint = (" (TestStream needs --streaming)"
+                if urn == common_urns.primitives.TEST_STREAM.urn else "")
+        raise NotImplementedError(
+            f"SparkRunner cannot run transform {name!r}: "
+            f"unknown URN {urn!r}{hint}")
