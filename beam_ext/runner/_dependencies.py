@@ -91,10 +91,11 @@ def _check_exists(flag: str, path: str) -> None:
         raise DependencyError(f"{flag}: {path!r} does not exist")
 
 
-def _pip_args(setup: po.SetupOptions) -> tuple[list[str], str]:
-    """pip's arguments for the options set, and the content hash that keys them."""
+def _pip_args(setup: po.SetupOptions) -> tuple[str | None, list[str], str]:
+    """The project directory of ``--setup_file``, pip's arguments for the other
+    options, and the content hash that keys them all."""
     digest = hashlib.sha256(f"{sys.version_info[:2]}{sysconfig.get_platform()}".encode())
-    args: list[str] = []
+    project = None
     if setup.setup_file:
         _check_exists("--setup_file", setup.setup_file)
         if os.path.basename(setup.setup_file) != "setup.py":
@@ -102,7 +103,7 @@ def _pip_args(setup: po.SetupOptions) -> tuple[list[str], str]:
         project = os.path.dirname(os.path.abspath(setup.setup_file))
         digest.update(b"setup\0")
         _hash_tree(digest, project)
-        args.append(project)
+    args: list[str] = []
     for package in setup.extra_packages or []:
         _check_exists("--extra_package", package)
         digest.update(b"extra\0" + os.path.basename(package).encode())
@@ -115,7 +116,27 @@ def _pip_args(setup: po.SetupOptions) -> tuple[list[str], str]:
         for path in _requirement_paths(setup.requirements_file):
             _hash_file(digest, path)
         args += ["-r", os.path.abspath(setup.requirements_file)]
-    return args, digest.hexdigest()[:24]
+    return project, args, digest.hexdigest()[:24]
+
+
+def _run(cmd: list[str], flags: str, cwd: str | None = None) -> None:
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
+    if done.returncode != 0:
+        raise DependencyError(f"could not install {flags} for the executors: "
+                              f"{' '.join(cmd)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
+
+
+def _install(project: str | None, args: list[str], pip_flags: str, site: str, scratch: str) -> None:
+    if project is not None:
+        # setup.py's own build, as Dataflow runs setup.py sdist: no index and
+        # no wheel package needed; egg-info keeps its requirements for the check.
+        _run([sys.executable, "setup.py", "--quiet", "egg_info", "--egg-base", site, "build",
+              "--build-base", os.path.join(scratch, "build"), "--build-lib", site],
+             "--setup_file", cwd=project)
+    if args:
+        _run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+              "--no-deps", "--no-warn-script-location", "--target", site, *args],
+             pip_flags)
 
 
 def _unmet_requirements(site: str) -> list[str]:
@@ -144,9 +165,8 @@ def _unmet_requirements(site: str) -> list[str]:
 def build(options: po.PipelineOptions) -> str | None:
     """The zip of everything the dependency options install, built once per
     content; None when none is set."""
-    setup = options.view_as(po.SetupOptions)
-    args, key = _pip_args(setup)
-    if not args:
+    project, args, key = _pip_args(options.view_as(po.SetupOptions))
+    if project is None and not args:
         return None
     target = os.path.join(cache_root(options), key)
     # Named by content: Spark refuses a second file of the same name.
@@ -159,18 +179,11 @@ def build(options: po.PipelineOptions) -> str | None:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=target) as tmp:
         site = os.path.join(tmp, "site")
-        # --no-build-isolation: build with the setuptools installed here, so no
-        # index is needed for a package that has no dependencies of its own.
-        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-               "--no-deps", "--no-build-isolation", "--no-warn-script-location",
-               "--target", site, *args]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            flags = [f for f, v in (("--setup_file", setup.setup_file),
-                                    ("--extra_package", setup.extra_packages),
-                                    ("--requirements_file", setup.requirements_file)) if v]
-            raise DependencyError(f"could not install {', '.join(flags)} for the executors: "
-                                  f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
+        os.makedirs(site)
+        setup = options.view_as(po.SetupOptions)
+        pip_flags = " and ".join(f for f, v in (("--extra_package", setup.extra_packages),
+                                                ("--requirements_file", setup.requirements_file)) if v)
+        _install(project, args, pip_flags, site, tmp)
         unmet = _unmet_requirements(site)
         if unmet:
             _LOG.warning("Executors must already have (not in the driver's environment either): %s",

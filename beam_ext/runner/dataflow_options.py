@@ -240,6 +240,9 @@ DEPENDENCIES: dict[str, str] = {
     "beam_plugins": "imported on each executor before user code",
 }
 
+# Experiments beam.Pipeline adds itself for every portable runner.
+_ADDED_BY_BEAM = frozenset({"beam_fn_api"})
+
 # Options mapped by _worker_conf / _app_name below.
 SPARK: tuple[str, ...] = ("job_name", "staging_location", "num_workers", "max_num_workers",
                           "autoscaling_algorithm", "machine_type", "number_of_worker_harness_threads")
@@ -342,6 +345,9 @@ def map_dataflow_options(options: po.PipelineOptions) -> DataflowOptionsReport:
     names = _flag_names(options, flags)
     set_values = {k: v for k, v in options.get_all_options(drop_default=True).items()
                   if k in flags and v is not None}
+    experiments = [e for e in set_values.pop("experiments", None) or [] if e not in _ADDED_BY_BEAM]
+    if experiments:
+        set_values["experiments"] = experiments
     spark_options = options.view_as(SparkRunnerOptions)
     mappings: list[OptionMapping] = []
     handled: set[str] = set()
