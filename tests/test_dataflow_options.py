@@ -12,12 +12,11 @@ import sys
 
 import apache_beam as beam
 import pytest
+from _user_packages import write_package
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from _user_packages import write_package
-from beam_ext.runner import SparkRunner
-from beam_ext.runner import _dependencies
+from beam_ext.runner import SparkRunner, _dependencies
 from beam_ext.runner.dataflow_options import (
     DataflowOptionError,
     _unmapped,

@@ -7,8 +7,8 @@ separate process (one SparkContext per process).
 from __future__ import annotations
 
 import collections
-import json
 import glob
+import json
 import os
 import socket
 import subprocess

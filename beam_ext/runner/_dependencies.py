@@ -26,7 +26,7 @@ from importlib import metadata
 
 from apache_beam.options import pipeline_options as po
 
-from beam_ext.errors import BeamExtError
+from beam_ext.runner.dataflow_options import DataflowOptionError
 from beam_ext.runner.worker._setup import WorkerSetup
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -35,7 +35,7 @@ _DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "beam_ext", "st
 _SKIP_DIRS = {"build", "dist", "__pycache__", ".git", ".venv", ".tox", ".pytest_cache"}
 
 
-class DependencyError(BeamExtError, RuntimeError):
+class DependencyError(DataflowOptionError, RuntimeError):
     """A dependency option (``--setup_file``, ...) could not be built; names the option."""
 
 
