@@ -343,8 +343,9 @@ def map_dataflow_options(options: po.PipelineOptions) -> DataflowOptionsReport:
     """
     flags = _dataflow_flags()
     names = _flag_names(options, flags)
-    set_values = {k: v for k, v in options.get_all_options(drop_default=True).items()
-                  if k in flags and v is not None}
+    # retain_unknown_options: the script's own arguments are no reason to warn.
+    given = options.get_all_options(drop_default=True, retain_unknown_options=True)
+    set_values = {k: v for k, v in given.items() if k in flags and v is not None}
     experiments = [e for e in set_values.pop("experiments", None) or [] if e not in _ADDED_BY_BEAM]
     if experiments:
         set_values["experiments"] = experiments
