@@ -33,6 +33,8 @@ _PUBLIC: dict[str, str] = {
     "SparkPipelineResult": "beam_ext.runner",
     "PipelineError": "beam_ext.runner",
     "SparkUnavailableError": "beam_ext.runner",
+    # Dataflow's options on SparkRunner (docs/migrating.md)
+    "DataflowOptionError": "beam_ext.runner",
     # Exact per-event sliding windows, Railgun (docs/sliding.md)
     "SlidingAggregate": "beam_ext.transforms.sliding",
     "SlidingWindow": "beam_ext.transforms.sliding",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import glob
+import json
 import os
 import socket
 import subprocess
@@ -108,3 +109,48 @@ def test_unreachable_master_is_a_clear_error(tmp_path):
         capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "is unreachable" in done.stderr and "spark://127.0.0.1:" in done.stderr
+
+
+def test_dataflow_dependencies_reach_the_executors(standalone_cluster, tmp_path):
+    """One submission: the DoFn's package by --setup_file, a wheel by
+    --extra_package, another by --requirements_file, and a __main__ global
+    under dill by --save_main_session. None of them is installed or on the
+    executors' PYTHONPATH; each element reports where executors imported them."""
+    from _user_packages import write_package, write_wheel
+
+    master, _ = standalone_cluster
+    setup_py = write_package(tmp_path / "src", "userpkg", with_dofn=True)
+    extra = write_wheel(tmp_path / "dist", "extrapkg")
+    required = write_wheel(tmp_path / "wheelhouse", "reqpkg")
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text(f"{required}\n")
+    out = tmp_path / "out"
+    job = os.path.join(os.path.dirname(__file__), "dataflow_job.py")
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    # The driver imports the wheels' packages from their sources, as a user's
+    # development environment would.
+    driver_path = os.pathsep.join([str(setup_py.parent), str(tmp_path / "driver")])
+    for name in ("extrapkg", "reqpkg"):
+        (tmp_path / "driver" / name).mkdir(parents=True)
+        (tmp_path / "driver" / name / "__init__.py").write_text(f"NAME = {name!r}\n")
+    done = subprocess.run(
+        [sys.executable, job, str(out), driver_path, "userpkg,extrapkg,reqpkg",
+         "--runner=beam_ext.runner.SparkRunner", f"--spark_master={master}", "--spark_parallelism=2",
+         "--spark_conf=spark.executor.memory=512m", f"--staging_location={tmp_path / 'staging'}",
+         f"--setup_file={setup_py}", f"--extra_package={extra}", f"--requirements_file={requirements}",
+         "--pickle_library=dill", "--save_main_session", "--project=p", "--region=r"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rows = []
+    for path in glob.glob(str(out) + "-*"):
+        with open(path) as f:
+            rows += [line.strip() for line in f]
+    assert all(row.startswith("main:") for row in rows), rows  # the saved main session's PREFIX
+    parsed = sorted(json.loads(row[len("main:"):]) for row in rows)
+    assert [element for element, _ in parsed] == ["a", "b", "c"]
+    (built,) = glob.glob(str(tmp_path / "staging" / "beam_ext-deps" / "*" / "beam_ext_deps-*.zip"))
+    for _, files in parsed:
+        for name in ("userpkg", "extrapkg", "reqpkg"):
+            # On the executors, from the zip Spark shipped: not the driver's copies.
+            assert files[name].endswith(os.path.join(os.path.basename(built), name, "__init__.py")), files
+            assert not files[name].startswith(str(tmp_path)), files

@@ -55,9 +55,11 @@ def active_session():
     return SparkSession.getActiveSession() or SparkSession._instantiatedSession
 
 
-def get_or_create_session(options: SparkRunnerOptions, app_name: str):
+def get_or_create_session(options: SparkRunnerOptions, app_name: str,
+                          derived_conf: dict[str, str] | None = None):
     """The active SparkSession if there is one (spark-submit, notebooks, tests),
-    else a new one built from ``options``."""
+    else a new one built from ``options``. ``derived_conf`` (from Dataflow's
+    options) yields to ``--spark_conf``."""
     session = active_session()
     if session is not None and session.sparkContext._jsc is not None:
         return session
@@ -75,6 +77,7 @@ def get_or_create_session(options: SparkRunnerOptions, app_name: str):
     if options.spark_master.startswith("local"):
         # Everything is in this process: listen on loopback only.
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    conf.update(derived_conf or {})
     conf.update(parse_spark_conf(options.spark_conf))
     for key, value in conf.items():
         builder = builder.config(key, value)

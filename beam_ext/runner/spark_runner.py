@@ -1,6 +1,7 @@
 """SparkRunner: a portable Beam runner written in Python on PySpark."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -16,12 +17,14 @@ from apache_beam.runners.pipeline_utils import (
 )
 from apache_beam.transforms import environments
 
+from beam_ext.runner import _dependencies
 from beam_ext.runner._metrics import SparkMetrics
 from beam_ext.runner._streaming_result import SparkStreamingResult
+from beam_ext.runner.dataflow_options import map_dataflow_options
 from beam_ext.runner.executors import BatchExecutor, StreamingExecutor
 from beam_ext.runner.options import SparkRunnerOptions, check_options
 from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline
-from beam_ext.runner.session import get_or_create_session
+from beam_ext.runner.session import active_session, get_or_create_session
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -90,6 +93,12 @@ class SparkRunner(runner.PipelineRunner):
         """Runs a Runner API pipeline proto (the portable entry point)."""
         spark_options = options.view_as(SparkRunnerOptions)
         check_options(spark_options)
+        # Dataflow's options: fail before Spark starts on one that cannot be
+        # honoured; report the others once.
+        dataflow = map_dataflow_options(options)
+        dataflow.raise_unsupported()
+        running = active_session()
+        dataflow.log(_LOG, session_started=running is None or running.sparkContext._jsc is None)
         validate_pipeline_graph(proto)
         proto = merge_common_environments(merge_superset_dep_environments(proto))
         for env_id, env in proto.components.environments.items():
@@ -98,7 +107,9 @@ class SparkRunner(runner.PipelineRunner):
                 common_urns.environments.DOCKER.urn))
         job_name = options.view_as(pipeline_options.GoogleCloudOptions).job_name or "beam_ext"
         streaming = _proto_is_streaming(proto, options)
-        spark = get_or_create_session(spark_options, job_name)
+        spark = get_or_create_session(spark_options, job_name, dataflow.spark_conf)
+        _dependencies.ship(spark, options)
+        worker_setup = _dependencies.worker_setup(options)
         parallelism = spark_options.spark_parallelism or spark.sparkContext.defaultParallelism
         state_backend = spark_options.spark_state_backend
         if streaming and state_backend != "memory":
@@ -111,6 +122,9 @@ class SparkRunner(runner.PipelineRunner):
         plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism,
                              state_backend, spark_options.spark_state_memory,
                              is_drain=self._is_drain, streaming=streaming)
+        for stage in plan.stages:
+            if stage.spec is not None:
+                stage.spec = dataclasses.replace(stage.spec, worker_setup=worker_setup)
         _LOG.info("Running %d stages on Spark (%s, parallelism %d%s)", len(plan.stages),
                   spark.sparkContext.master, parallelism, ", streaming" if streaming else "")
         if streaming:

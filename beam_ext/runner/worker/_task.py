@@ -31,6 +31,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 from beam_ext.errors import BeamExtError
 from beam_ext.runner._shuffle import Buckets, ShuffleWriter
 from beam_ext.runner.state import task_state
+from beam_ext.runner.worker._setup import WorkerSetup
 
 _LOG = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class StageSpec:
     partitions: int  # of the shuffles this stage writes
     state_backend: str = "memory"  # or "spill": bag state in an LMDB SpillStore
     state_memory_bytes: int = 256 << 20
+    worker_setup: WorkerSetup | None = None  # the job's pickler, main session, plugins
 
 
 _DESCRIPTORS: dict[bytes, beam_fn_api_pb2.ProcessBundleDescriptor] = {}
@@ -106,6 +108,8 @@ class _TaskWorker:
 
     def __init__(self, spec: StageSpec, side_inputs: Mapping[bytes, bytes]) -> None:
         self._spec = spec
+        if spec.worker_setup is not None:
+            spec.worker_setup.apply()  # before the bundle processor unpickles DoFns
         self._descriptor = _descriptor(spec)
         self._state = task_state(spec.state_backend, side_inputs, spec.state_memory_bytes)
         free = _POOL.get(spec.descriptor)
