@@ -24,6 +24,9 @@ _PYTHON_IMAGE = re.compile(r"beam_python(\d+\.\d+)_sdk:(\S+)$")
 # Environments only the Python SDK creates.
 _PYTHON_ENV_URNS = frozenset([python_urns.EMBEDDED_PYTHON, python_urns.EMBEDDED_PYTHON_GRPC,
                               python_urns.EMBEDDED_PYTHON_LOOPBACK, python_urns.SUBPROCESS_SDK])
+_ENV_KINDS = {common_urns.environments.DOCKER.urn: "docker",
+              common_urns.environments.EXTERNAL.urn: "external worker pool, as LOOPBACK starts,",
+              common_urns.environments.PROCESS.urn: "process"}
 _SDK_NAMES = (("python", "Python"), ("java", "Java"), ("go", "Go"), ("typescript", "TypeScript"))
 
 
@@ -123,7 +126,8 @@ def check_python_pipeline(proto: beam_runner_api_pb2.Pipeline) -> list[str]:
         if problem:
             raise UnsupportedPipelineError(f"environment {env_id!r} ({python[0]}): {problem}")
         if env.urn != python_urns.EMBEDDED_PYTHON:
-            notes.append(f"environment {env_id!r} ({env.urn}) is not started: its steps run in "
+            notes.append(f"environment {env_id!r} ({_ENV_KINDS.get(env.urn, env.urn)} {python[0]}) is not "
+                         f"started: its steps run in "
                          f"Spark's Python workers, with the job server's Beam "
                          f"{apache_beam.__version__} and its installed packages")
     return notes
