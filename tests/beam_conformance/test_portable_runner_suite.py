@@ -28,17 +28,14 @@ _JOB_SERVER_SKIPS: dict[str, str] = {}
 
 # Pipelines that exercise the Job API's paths rather than SparkRunner's
 # translation, which test_fn_api_suite.py covers test by test: plain
-# transforms, side inputs, state and timers, SDF, metrics through
+# transforms, side inputs, combining, windowing, timers, state, SDF, metrics through
 # GetJobMetrics, a failure's message through the message stream, and
 # PortableRunnerTest's own test.
 PORTABLE_DEFAULT = frozenset([
     "test_create",
-    "test_pardo",
     "test_pardo_side_inputs",
-    "test_group_by_key",
     "test_combine_per_key",
     "test_windowing",
-    "test_pardo_state_only",
     "test_pardo_timers",
     "test_sdf",
     "test_metrics",
