@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from apache_beam.metrics import metric
+from apache_beam.metrics import metric, monitoring_infos
 from apache_beam.metrics.execution import MetricResult
 from apache_beam.runners.portability import portable_metrics
 
@@ -34,6 +34,7 @@ class SparkMetrics(metric.MetricResults):
 
     def __init__(self, infos_by_stage: Mapping[str, Iterable], user_metrics_only: bool = True):
         self._infos = infos_by_stage
+        self._user_only = user_metrics_only
         self._tables: dict[str, dict] = {kind: {} for kind in _KINDS}
         for infos in infos_by_stage.values():
             for info in infos:
@@ -50,3 +51,28 @@ class SparkMetrics(metric.MetricResults):
 
     def monitoring_infos(self) -> list:
         return [info for infos in self._infos.values() for info in infos]
+
+    def merged_user_monitoring_infos(self) -> list:
+        """One MonitoringInfo per user metric and step, merged over tasks.
+
+        What a job service returns from ``GetJobMetrics``: Beam's portable
+        client (``PortableMetrics``) keeps the last info of each key, so
+        per-task infos would lose all but one task's value.
+        """
+        if not self._user_only:
+            raise ValueError("merged_user_monitoring_infos needs user metrics only (result.metrics())")
+        encoders = {
+            metric.MetricResults.COUNTERS: lambda ns, name, v, step: monitoring_infos.int64_user_counter(
+                ns, name, v, ptransform=step),
+            metric.MetricResults.DISTRIBUTIONS: lambda ns, name, v, step: monitoring_infos.int64_user_distribution(
+                ns, name, v.data, ptransform=step),
+            metric.MetricResults.GAUGES: lambda ns, name, v, step: monitoring_infos.int64_user_gauge(
+                ns, name, v.data, ptransform=step),
+            metric.MetricResults.STRINGSETS: lambda ns, name, v, step: monitoring_infos.user_set_string(
+                ns, name, set(v), ptransform=step),
+            metric.MetricResults.BOUNDED_TRIES: lambda ns, name, v, step: monitoring_infos.user_bounded_trie(
+                ns, name, v, ptransform=step),
+        }
+        return [encoders[kind](key.metric.namespace, key.metric.name, value, key.step)
+                for kind, table in self._tables.items() if kind in encoders
+                for key, value in table.items()]

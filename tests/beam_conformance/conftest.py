@@ -123,6 +123,12 @@ STREAMING_DEFAULT = (
 )
 
 
+# The PortableRunner suite repeats the FnApiRunner suite through the job
+# server: PORTABLE_DEFAULT (in the suite's module) runs by default, the rest
+# carries ``slow_portable``, which pytest.ini deselects.
+_PORTABLE_SUITE = "test_portable_runner_suite.py"
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _beam_tests_on_spark(spark):
     previous = TestPipeline.pytest_test_pipeline_options
@@ -162,7 +168,8 @@ def pytest_collection_modifyitems(config, items):
     Beam's FnApiRunner suite on SparkRunner and ``test_beam_util_suite.py``
     Beam's util_test classes; both keep everything they collect. The
     streaming suites (``_STREAMING_SUITES``) keep ``STREAMING_DEFAULT`` and
-    the skipped tests by default and mark the rest ``slow_streaming``.
+    the skipped tests by default and mark the rest ``slow_streaming``; the
+    PortableRunner suite marks all but its ``PORTABLE_DEFAULT`` ``slow_portable``.
     """
     kept, dropped = [], []
     for item in items:
@@ -174,6 +181,8 @@ def pytest_collection_modifyitems(config, items):
         if item.fspath.basename in _STREAMING_SUITES and not skipped and not any(
                 item.nodeid.endswith(name) for name in STREAMING_DEFAULT):
             item.add_marker(pytest.mark.slow_streaming)
+        if item.fspath.basename == _PORTABLE_SUITE and item.name not in item.module.PORTABLE_DEFAULT:
+            item.add_marker(pytest.mark.slow_portable)
         in_here = "beam_conformance" in str(item.fspath)
         if in_here and "test_validates_runner_" in item.fspath.basename:
             if item.get_closest_marker("it_validatesrunner") is None:
