@@ -13,7 +13,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_ext.migrate import check_script
-from beam_ext.migrate.rules import _option_verdicts
+from beam_ext.migrate.rules import option_verdicts
 
 EXAMPLES = os.path.dirname(apache_beam.examples.__file__)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -159,7 +159,7 @@ def test_unbounded_side_input_cannot_run(tmp_path):
 def test_update_and_template_location_cannot_run_other_dataflow_options_are_caveats():
     options = PipelineOptions(["--update", "--template_location=/tmp/t", "--job_name=j",
                                "--num_workers=3", "--streaming"])
-    verdicts = {v.option: v.verdict for v in _option_verdicts(options)}
+    verdicts = {v.option: v.verdict for v in option_verdicts(options)}
     assert verdicts == {"--update": "cannot", "--template_location": "cannot", "--job_name": "caveat",
                         "--num_workers": "caveat"}
 

@@ -186,7 +186,7 @@ def check_script(script: str, args: list[str] | None = None, *, gcp_access: bool
         for row in rows:
             row.pipeline = index
         report.rows += rows
-        for verdict in rules.gcs_option_verdicts(options, gcp_access) + rules._option_verdicts(options):
+        for verdict in rules.gcs_option_verdicts(options, gcp_access) + rules.option_verdicts(options):
             if verdict.option not in seen_options:
                 seen_options.add(verdict.option)
                 report.options.append(verdict)

@@ -20,12 +20,13 @@ The rules follow what SparkRunner does:
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from typing import Iterable, Iterator
 
 from apache_beam.options import pipeline_options as po
 from apache_beam.options.value_provider import StaticValueProvider
+
+from beam_ext.runner.dataflow_options import map_dataflow_options
 
 RUNS, CAVEAT, CANNOT = "runs", "caveat", "cannot"
 _RANK = {RUNS: 0, CAVEAT: 1, CANNOT: 2}
@@ -216,43 +217,19 @@ def urn_findings(unsupported: Iterable[tuple[str, str]], externals: frozenset[st
 
 # -- Options ----------------------------------------------------------------
 
-def _dests(options_class) -> set[str]:
-    parser = po._BeamArgumentParser(allow_abbrev=False)
-    options_class._add_argparse_args(parser)
-    return {action.dest for action in parser._actions if action.dest != argparse.SUPPRESS}
-
-
-_NO_SPARK_MEANING = {
-    "update": "updates a running Dataflow job in place; SparkRunner starts a new job (drain the "
-              "Dataflow job, then start this one)",
-    "template_location": "stages a Dataflow template instead of running the pipeline; SparkRunner has no "
-                         "templates (run the script itself where the template was launched)",
-}
-
-
-def _option_verdicts(options: po.PipelineOptions) -> list[OptionVerdict]:
-    """Verdicts on the Dataflow options a pipeline sets (other options are SparkRunner's or Beam's).
-
-    ``--update`` and ``--template_location`` cannot run; every other Dataflow
-    option (Google Cloud, worker and setup options) is reported at start by
-    SparkRunner, as mapped to a Spark setting or as ignored.
-    """
-    set_options = {k: v for k, v in options.get_all_options(drop_default=True).items()
-                   if v not in (None, False, [], "")}
-    dataflow = (_dests(po.GoogleCloudOptions) | _dests(po.WorkerOptions)
-                | {d for d in _dests(po.DebugOptions) if "dataflow" in d})
-    setup = _dests(po.SetupOptions) & {"save_main_session", "requirements_file", "setup_file",
-                                       "extra_packages", "sdk_location", "requirements_cache"}
+def option_verdicts(options: po.PipelineOptions) -> list[OptionVerdict]:
+    """Verdicts on the Dataflow options a pipeline sets, from the mapping
+    SparkRunner itself applies at start (:mod:`beam_ext.runner.dataflow_options`):
+    an option it cannot honour cannot run; one it ignores or maps to something
+    else is a caveat naming what it becomes."""
     verdicts = []
-    for name in sorted(set_options):
-        if name in _NO_SPARK_MEANING:
-            verdicts.append(OptionVerdict(f"--{name}", CANNOT, _NO_SPARK_MEANING[name]))
-        elif name in dataflow:
-            verdicts.append(OptionVerdict(f"--{name}", CAVEAT, "Dataflow option: SparkRunner reports at start "
-                                          "whether it maps it to a Spark setting or ignores it"))
-        elif name in setup:
-            verdicts.append(OptionVerdict(f"--{name}", CAVEAT, "how workers get the pipeline's code: SparkRunner "
-                                          "reports at start what it does with it on Spark"))
+    for m in map_dataflow_options(options).mappings:
+        if m.kind == "unsupported":
+            verdicts.append(OptionVerdict(m.option, CANNOT, m.meaning))
+        elif m.kind == "ignored":
+            verdicts.append(OptionVerdict(m.option, CAVEAT, f"ignored on Spark: {m.meaning}"))
+        elif m.kind in ("spark", "dependency"):
+            verdicts.append(OptionVerdict(m.option, CAVEAT, f"on Spark: {m.meaning}"))
     return verdicts
 
 
