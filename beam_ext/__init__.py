@@ -33,8 +33,10 @@ _PUBLIC: dict[str, str] = {
     "SparkPipelineResult": "beam_ext.runner",
     "PipelineError": "beam_ext.runner",
     "SparkUnavailableError": "beam_ext.runner",
-    # Dataflow's options on SparkRunner (docs/migrating.md)
+    # Moving pipelines to SparkRunner (docs/migrating.md)
     "DataflowOptionError": "beam_ext.runner",
+    "check_script": "beam_ext.migrate",
+    "SparkJobServicer": "beam_ext.job_server",
     # Exact per-event sliding windows, Railgun (docs/sliding.md)
     "SlidingAggregate": "beam_ext.transforms.sliding",
     "SlidingWindow": "beam_ext.transforms.sliding",

@@ -36,10 +36,12 @@ from apache_beam.transforms import external
 from apache_beam.transforms.core import Windowing
 from apache_beam.transforms.window import GlobalWindows
 
+from beam_ext.errors import BeamExtError
+
 _RUNNER = "beam_ext.migrate._capture.CaptureRunner"
 
 
-class CrossLanguageDiscovery(RuntimeError):
+class CrossLanguageDiscovery(BeamExtError, RuntimeError):
     """A transform asked an expansion service for its schema while being constructed."""
 
 
