@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: demo test bench check-java clean
+.PHONY: demo test test-all bench check-java clean
 
 check-java:
 	@sh scripts/check_java.sh
@@ -31,6 +31,12 @@ demo: check-java $(VENV)/.installed
 test: check-java $(VENV)/.installed-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest
+
+# Everything, including the Beam suites' long tails that pytest.ini deselects
+# (slow_streaming, slow_portable): several times the time of `make test`.
+test-all: check-java $(VENV)/.installed-test
+	$(PY) -m ruff check .
+	$(PY) -m pytest -o addopts="-ra -p no:cacheprovider"
 
 bench: check-java $(VENV)/.installed-test
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
