@@ -51,7 +51,9 @@ class SparkRunnerOptions(PipelineOptions):
             choices=_STATE_BACKENDS,
             default="memory",
             help="Where stateful stages keep bag state: in memory, or in an LMDB spill "
-            "store bounded by --spark_state_memory (for state that outgrows memory).")
+            "store bounded by --spark_state_memory (for state that outgrows memory). In "
+            "streaming, the store of each (stage, partition) lives under --checkpoint_dir, "
+            "versioned per micro-batch.")
         parser.add_argument(
             "--spark_state_memory",
             type=int,

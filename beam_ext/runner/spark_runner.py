@@ -111,16 +111,8 @@ class SparkRunner(runner.PipelineRunner):
         _dependencies.ship(spark, options)
         worker_setup = _dependencies.worker_setup(options)
         parallelism = spark_options.spark_parallelism or spark.sparkContext.defaultParallelism
-        state_backend = spark_options.spark_state_backend
-        if streaming and state_backend != "memory":
-            # Streaming state lives in the task between its versioned reads and
-            # writes under the checkpoint; the spill store is not versioned yet.
-            _LOG.warning("--spark_state_backend=%s applies to batch pipelines; streaming keeps "
-                         "state in memory within a micro-batch and versions it under "
-                         "--checkpoint_dir", state_backend)
-            state_backend = "memory"
         plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism,
-                             state_backend, spark_options.spark_state_memory,
+                             spark_options.spark_state_backend, spark_options.spark_state_memory,
                              is_drain=self._is_drain, streaming=streaming)
         for stage in plan.stages:
             if stage.spec is not None:

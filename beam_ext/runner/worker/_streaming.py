@@ -28,6 +28,7 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Duration, Timestamp
 
 from beam_ext.runner.state import _versioned as versioned
+from beam_ext.runner.state._versioned_spill import PartitionSpillState, open_partition_state, version_files
 from beam_ext.runner.worker._task import StageSpec, _bundles, _TaskWorker
 
 ReportFn = Callable[[int, "TaskSummary"], None]  # (partition, summary) -> sent to the driver
@@ -100,8 +101,11 @@ class _StreamingTaskWorker(_TaskWorker):
                 for timer in table.values():
                     impl.encode_to_stream(timer, out, True)
                 timers[family] = out.get()
-        return {"state": {k: list(v) for k, v in self._state._state.items() if v},
-                "timers": timers, "deferred": self._deferred}
+        saved = {"state": {k: list(v) for k, v in self._state._state.items() if v},
+                 "timers": timers, "deferred": self._deferred}
+        if isinstance(self._state, PartitionSpillState):
+            saved["spill"] = self._state.seal()
+        return saved
 
     def defer_residuals(self, now: Timestamp) -> None:
         """Moves this batch's residuals to the deferred list, due after their delay."""
@@ -166,13 +170,22 @@ def run_streaming_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] 
     does (without its metrics record); the task's :class:`TaskSummary`, its
     metrics included, goes to ``report`` at the end.
     """
-    worker = _StreamingTaskWorker(spec, side_inputs or {})
+    saved = None
+    if context.state_root is not None and context.read_version is not None:
+        saved = versioned.read(context.state_root, context.owner, partition, context.read_version)
+    state = None
+    if spec.state_backend == "spill" and context.state_root is not None:
+        state = _open_spill(spec, side_inputs or {}, context, partition, saved)
+    try:
+        worker = _StreamingTaskWorker(spec, side_inputs or {}, state)
+    except BaseException:
+        if state is not None:
+            state.close()
+        raise
     worker._deferred = []
     try:
-        if context.state_root is not None and context.read_version is not None:
-            saved = versioned.read(context.state_root, context.owner, partition, context.read_version)
-            if saved is not None:
-                worker.restore(saved)
+        if saved is not None:
+            worker.restore(saved)
         output_bytes: dict[int, int] = {}
 
         def counted(outputs):
@@ -200,3 +213,22 @@ def run_streaming_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] 
         worker.completed = True
     finally:
         worker.close()
+
+
+def _open_spill(spec: StageSpec, side_inputs: Mapping[bytes, bytes], context: BatchContext, partition: int,
+                saved: Mapping[str, Any] | None) -> PartitionSpillState:
+    """The partition's spill state at the committed version the task reads.
+
+    Segments named by another version file on disk are kept too: another
+    attempt of this batch may have written one, and the driver may commit
+    that attempt's outputs (a speculative copy, a retry racing a slow task).
+    """
+    root, owner = context.state_root, context.owner
+    others = []
+    for version in version_files(root, owner, partition):
+        if version != context.read_version:
+            other = versioned.read(root, owner, partition, version)
+            if other is not None:
+                others.append(other.get("spill", {}))
+    return open_partition_state(side_inputs, root, owner, partition, context.batch,
+                                spec.state_memory_bytes, (saved or {}).get("spill", {}), others)

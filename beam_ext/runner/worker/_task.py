@@ -106,12 +106,14 @@ _POOL: dict[bytes, list[_PooledSdk]] = {}
 class _TaskWorker:
     _ids = itertools.count()
 
-    def __init__(self, spec: StageSpec, side_inputs: Mapping[bytes, bytes]) -> None:
+    def __init__(self, spec: StageSpec, side_inputs: Mapping[bytes, bytes], state: Any = None) -> None:
+        """``state``: the task's state servicer, if not the one of ``spec.state_backend``."""
         self._spec = spec
         if spec.worker_setup is not None:
             spec.worker_setup.apply()  # before the bundle processor unpickles DoFns
         self._descriptor = _descriptor(spec)
-        self._state = task_state(spec.state_backend, side_inputs, spec.state_memory_bytes)
+        self._state = state if state is not None else task_state(
+            spec.state_backend, side_inputs, spec.state_memory_bytes)
         free = _POOL.get(spec.descriptor)
         self._sdk = free.pop() if free else _PooledSdk(self._descriptor)
         self._sdk.state.target = self._state
