@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 
 SPARK_RUNNER_OPTIONS = "--runner=beam_ext.runner.SparkRunner"
@@ -152,6 +153,17 @@ def test_pipelines_on_spark(request, monkeypatch):
         module = sys.modules[cls.__module__]
         if cls.__module__.startswith("apache_beam.") and hasattr(module, "TestPipeline"):
             monkeypatch.setattr(module, "TestPipeline", _SparkTestPipeline)
+
+
+@pytest.fixture
+def pipelines_on_spark(monkeypatch):
+    """Makes ``beam.Pipeline()`` without a runner, which Beam runs on DirectRunner, run on SparkRunner.
+
+    ``beam.Pipeline()`` takes ``StandardOptions.DEFAULT_RUNNER`` when neither
+    argument nor options name a runner; a runner the test names
+    (``beam.Pipeline('FnApiRunner')``) is kept.
+    """
+    monkeypatch.setattr(StandardOptions, "DEFAULT_RUNNER", SPARK_RUNNER_OPTIONS.split("=", 1)[1])
 
 
 def pytest_collection_modifyitems(config, items):
