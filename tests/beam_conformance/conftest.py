@@ -78,8 +78,8 @@ SKIPPED_ON_SPARK = {
     "TextSourceTest::test_read_from_text_file_pattern_with_dot_slash": (
         "the test os.chdir()s into its temp dir and reads './*.txt': the relative pattern "
         "is matched when the source splits, in a Spark Python worker, whose working "
-        "directory is not the test process's (FnApiRunner's worker is the test process), "
-        "so it matches no file and reads nothing"),
+        "directory stays the one Spark started in (FnApiRunner's worker is the test "
+        "process), so it matches no file and reads nothing"),
 
     "BatchElementsTest::test_constant_batch": _ONE_BUNDLE,
     "BatchElementsTest::test_constant_batch_no_metrics": _ONE_BUNDLE,

@@ -6,8 +6,8 @@ that default SparkRunner. ``TransformTest`` checks each pandas operation on
 a deferred DataFrame against pandas itself, ``TransformPartsTest`` the
 re-batching step of ``DataframeTransform``. ``FusionTest`` is left out: it
 pins ``beam.Pipeline('FnApiRunner')`` and counts FnApiRunner's fused stages.
-Skips are in the conftest's ``SKIPPED_ON_SPARK``, each with its reason
-(also in docs/runner.md).
+By default the conftest's ``DATAFRAME_DEFAULT`` tests run; the others are
+marked ``slow_dataframe`` (``pytest -m slow_dataframe tests/beam_conformance``).
 """
 import pytest
 from apache_beam.dataframe.transforms_test import TransformPartsTest, TransformTest  # noqa: F401
