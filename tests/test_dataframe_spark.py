@@ -23,7 +23,11 @@ _AGGREGATES = {"qty": ("qty", "sum"), "revenue": ("revenue", "sum"), "mean_price
                "n_items": ("item", "nunique")}
 
 
-@pytest.mark.parametrize("splittable", [False, True], ids=["whole-files", "splittable"])
+# A DataFrame pipeline costs some 30 Spark jobs: the splittable read runs with the slow_dataframe tests only.
+@pytest.mark.parametrize("splittable", [
+    pytest.param(False, id="whole-files"),
+    pytest.param(True, id="splittable", marks=pytest.mark.slow_dataframe),
+])
 def test_read_csv_groupby_agg_equals_direct_runner(tmp_path, splittable):
     for name, text in _FILES.items():
         (tmp_path / name).write_text(text)
