@@ -6,7 +6,9 @@
 SparkSession (SparkRunner attaches to the active session). Beam's streaming
 tests pass their own options (``--streaming``), which a ``TestPipeline``
 prefers to these: the ``test_pipelines_on_spark`` fixture points them at
-SparkRunner too.
+SparkRunner too. Beam's DataFrame tests build ``beam.Pipeline()``, which
+runs on Beam's default runner: the ``pipelines_on_spark`` fixture makes that
+SparkRunner.
 """
 from __future__ import annotations
 
