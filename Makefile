@@ -33,7 +33,7 @@ test: check-java $(VENV)/.installed-test
 	$(PY) -m pytest
 
 # Everything, including the Beam suites' long tails that pytest.ini deselects
-# (slow_streaming, slow_portable): several times the time of `make test`.
+# (slow_streaming, slow_portable, slow_dataframe): several times the time of `make test`.
 test-all: check-java $(VENV)/.installed-test
 	$(PY) -m ruff check .
 	$(PY) -m pytest -o addopts="-ra -p no:cacheprovider"

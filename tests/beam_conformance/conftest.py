@@ -6,13 +6,17 @@
 SparkSession (SparkRunner attaches to the active session). Beam's streaming
 tests pass their own options (``--streaming``), which a ``TestPipeline``
 prefers to these: the ``test_pipelines_on_spark`` fixture points them at
-SparkRunner too.
+SparkRunner too. Beam's DataFrame tests build ``beam.Pipeline()``, which
+runs on Beam's default runner: the ``pipelines_on_spark`` fixture makes that
+SparkRunner.
 """
 from __future__ import annotations
 
+import inspect
 import sys
 
 import pytest
+from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.testing.test_pipeline import TestPipeline
 
 SPARK_RUNNER_OPTIONS = "--runner=beam_ext.runner.SparkRunner"
@@ -68,6 +72,17 @@ SKIPPED_ON_SPARK = {
         "cannot hold that window. Only Beam's Python DirectRunner, passing Python objects "
         "between steps, unreifies it"),
 
+    # io/textio_test.py on SparkRunner
+    "CsvTest::test_csv_read_with_filename": (
+        "expects WriteToCsv to write one file: with num_shards=0 the runner picks the "
+        "sharding, and a write makes one shard per bundle; FnApiRunner runs the 3 "
+        "elements in one bundle, SparkRunner in one bundle per Spark task (2 files here)"),
+    "TextSourceTest::test_read_from_text_file_pattern_with_dot_slash": (
+        "the test os.chdir()s into its temp dir and reads './*.txt': the relative pattern "
+        "is matched when the source splits, in a Spark Python worker, whose working "
+        "directory stays the one Spark started in (FnApiRunner's worker is the test "
+        "process), so it matches no file and reads nothing"),
+
     "BatchElementsTest::test_constant_batch": _ONE_BUNDLE,
     "BatchElementsTest::test_constant_batch_no_metrics": _ONE_BUNDLE,
     "BatchElementsTest::test_length_fn_without_stateful_is_ignored": _ONE_BUNDLE,
@@ -122,6 +137,35 @@ STREAMING_DEFAULT = (
     "::TestStreamTranscriptTest::test_discarding_early_fixed",
 )
 
+# Beam's DataFrame and text IO suites: every pipeline of a DataFrame costs
+# several Spark jobs. By default they run this subset and, of textio_test,
+# the tests that build no pipeline (reader and sink unit tests, under a
+# second each; every transforms_test test runs pipelines); the others carry
+# ``slow_dataframe``, deselected in pytest.ini:
+# ``pytest -m slow_dataframe tests/beam_conformance`` runs them.
+DATAFRAME_DEFAULT = (
+    # transforms_test.py: grouping (a shuffle), elements to DataFrames and back
+    "::TransformTest::test_groupby_sum_mean",
+    "::TransformTest::test_batching_named_tuple_input",
+    "::TransformTest::test_unbatching_series",
+    # textio_test.py: a pattern of files, ReadAll, gzip, a sharded write, a
+    # triggered write of a TestStream
+    "::TextSourceTest::test_read_from_text_file_pattern",
+    "::TextSourceTest::test_read_all_file_pattern",
+    "::TextSourceTest::test_read_gzip",
+    "::TextSinkTest::test_write_pipeline",
+    "::WriteStreamingTest::test_write_streaming_2_shards_default_shard_name_template",
+)
+
+
+def _slow_dataframe(item) -> bool:
+    if any(item.nodeid.endswith(name) for name in DATAFRAME_DEFAULT):
+        return False
+    if item.fspath.basename == "test_beam_dataframe_suite.py":
+        return True
+    # textio_test's tests build their pipelines in their own bodies (its helpers build none)
+    return item.fspath.basename == "test_beam_textio_suite.py" and "Pipeline(" in inspect.getsource(item.obj)
+
 
 # The PortableRunner suite repeats the FnApiRunner suite through the job
 # server: PORTABLE_DEFAULT (in the suite's module) runs by default, the rest
@@ -160,6 +204,17 @@ def test_pipelines_on_spark(request, monkeypatch):
             monkeypatch.setattr(module, "TestPipeline", _SparkTestPipeline)
 
 
+@pytest.fixture
+def pipelines_on_spark(monkeypatch):
+    """Makes ``beam.Pipeline()`` without a runner, which Beam runs on DirectRunner, run on SparkRunner.
+
+    ``beam.Pipeline()`` takes ``StandardOptions.DEFAULT_RUNNER`` when neither
+    argument nor options name a runner; a runner the test names
+    (``beam.Pipeline('FnApiRunner')``) is kept.
+    """
+    monkeypatch.setattr(StandardOptions, "DEFAULT_RUNNER", SPARK_RUNNER_OPTIONS.split("=", 1)[1])
+
+
 def pytest_collection_modifyitems(config, items):
     """Of Beam's imported test classes, keep the runner-validation tests.
 
@@ -169,7 +224,9 @@ def pytest_collection_modifyitems(config, items):
     Beam's util_test classes; both keep everything they collect. The
     streaming suites (``_STREAMING_SUITES``) keep ``STREAMING_DEFAULT`` and
     the skipped tests by default and mark the rest ``slow_streaming``; the
-    PortableRunner suite marks all but its ``PORTABLE_DEFAULT`` ``slow_portable``.
+    PortableRunner suite marks all but its ``PORTABLE_DEFAULT`` ``slow_portable``;
+    the DataFrame and text IO suites keep ``DATAFRAME_DEFAULT`` and mark
+    the other tests that build a pipeline ``slow_dataframe``.
     """
     kept, dropped = [], []
     for item in items:
@@ -183,6 +240,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow_streaming)
         if item.fspath.basename == _PORTABLE_SUITE and item.name not in item.module.PORTABLE_DEFAULT:
             item.add_marker(pytest.mark.slow_portable)
+        if not skipped and _slow_dataframe(item):
+            item.add_marker(pytest.mark.slow_dataframe)
         in_here = "beam_conformance" in str(item.fspath)
         if in_here and "test_validates_runner_" in item.fspath.basename:
             if item.get_closest_marker("it_validatesrunner") is None:
