@@ -162,12 +162,15 @@ class BatchExecutor:
         start = time.monotonic()
         total = len(self._plan.stages)
         for number, stage in enumerate(self._plan.stages, 1):
-            self._sc.setJobDescription(f"beam_ext stage {number}/{total}: {stage.name}")
+            _LOG.info("stage %d/%d: %s", number, total, stage.label)
+            # Spark's UI and progress bar show the job of the stage that asks for one.
+            self._sc.setJobDescription(f"beam_ext stage {number}/{total}: {stage.label}")
             if stage.native is not None:
                 self._run_native(stage)
             else:
                 self._chain_stage(stage)
-        self._sc.setJobDescription(f"beam_ext: {total} stages")
+        self._sc.setJobDescription(f"beam_ext stages up to {total}/{total}: {self._plan.stages[-1].label}"
+                                   if total else None)
         self._compute_unread()
         _LOG.info("%d stages done in %.2fs", total, time.monotonic() - start)
 

@@ -206,7 +206,7 @@ class StreamingExecutor(BatchExecutor):
                 if stage.test_stream is not None:
                     continue  # its output was emitted by _advance_test_streams
                 self._sc.setJobDescription(
-                    f"beam_ext batch {batch}: {', '.join(stage.steps) or stage.name}")
+                    f"beam_ext batch {batch}: {stage.label}")
                 self._run_streaming_stage(number, stage, progress, now)
             self._settle(progress)
             self._keep_complete_side_inputs(progress)
