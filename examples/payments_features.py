@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         runner = SparkRunner()
         if not any(a.startswith("--spark_master") for a in beam_args):
             beam_args.append("--spark_master=local[2]")
-        beam_args.append("--spark_conf=spark.ui.showConsoleProgress=false")
+        if not sys.stderr.isatty():
+            # Spark's progress bar redraws one line: in a log file it is noise.
+            beam_args.append("--spark_conf=spark.ui.showConsoleProgress=false")
     else:
         runner = args.runner
 

@@ -13,7 +13,11 @@ class PipelineError(BeamExtError, RuntimeError):
 
     The cause is the user's Python traceback when there is one, else Spark's
     own reason (for example "Python worker exited unexpectedly (crashed)").
+    ``step`` is the Beam step the failure was pinned on, None when the task
+    left no trace of it (a dead Python worker).
     """
+
+    step: str | None = None
 
 
 class CheckpointUnwritable(BeamExtError, OSError):
@@ -76,5 +80,7 @@ def translate_spark_error(steps: Sequence[str]):
         if "Py4JJavaError" not in type(exc).__name__ and "Traceback" not in text \
                 and "PythonException" not in type(exc).__name__:
             raise
-        raise PipelineError(
-            f"{_where(text, steps)} failed on Spark:\n{_cause(text)}") from None
+        error = PipelineError(f"{_where(text, steps)} failed on Spark:\n{_cause(text)}")
+        pinned = _FAILED_STEP.search(text)
+        error.step = pinned.group(1) if pinned else (steps[0] if len(steps) == 1 else None)
+        raise error from None

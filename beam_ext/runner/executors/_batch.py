@@ -1,13 +1,18 @@
-"""The batch executor: plan stages -> Spark RDD operations, one Spark job per stage.
+"""The batch executor: plan stages -> Spark RDD operations, one Spark job per pipeline.
 
 Buffers are RDDs: ``materialize`` buffers hold chunks of encoded elements,
 ``group`` buffers hold ``(encoded key, payload)`` pairs that become a Spark
-shuffle when a stage reads them. Each stage's output is persisted and
-counted once (the action also brings back the stage's metrics), so a buffer
-read by several stages is computed once and metrics are never doubled.
+shuffle when a stage reads them. Stages are chained lazily: a stage's output
+is persisted only when more than one reader needs it (two consumers, or a
+side input and a consumer), and one Spark job at the end computes every
+stage whose outputs nobody reads. Side inputs are collected when their
+reader is planned. Task metrics come back through an accumulator keyed by
+(stage, partition), so a recomputed partition replaces its report instead
+of adding to it, and no pass over the data is spent on them.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -21,7 +26,7 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from apache_beam.runners.portability.fn_api_runner.translations import IMPULSE_BUFFER, split_buffer_id
 
 from beam_ext.runner import native
-from beam_ext.runner._errors import translate_spark_error
+from beam_ext.runner._errors import PipelineError, translate_spark_error
 from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, identity_partition, unpack
 from beam_ext.runner.executors._side_inputs import side_input_state
 from beam_ext.runner.planning import Plan, PlannedStage
@@ -66,8 +71,17 @@ def _round_robin(splitter: ElementSplitter, index: int, partitions: int, source:
             target += 1
 
 
-def _stage_task(spec, broadcast, records):
-    return run_stage_partition(spec, broadcast.value if broadcast is not None else None, records)
+def _stage_task(spec, broadcast, reports, stage_name: str, partition: int, records):
+    for index, payload in run_stage_partition(spec, broadcast.value if broadcast is not None else None, records):
+        if index == METRICS_OUTPUT:
+            reports.add({(stage_name, partition): payload})
+        else:
+            yield index, payload
+
+
+def _drain(records) -> None:
+    for _ in records:
+        pass
 
 
 def _decode_chunks(coder, chunks):
@@ -112,26 +126,63 @@ class BatchExecutor:
         self._persisted: list = []
         self._broadcasts: list = []
         self.monitoring: dict[str, list] = {}
+        self._reports = self._sc.accumulator({}, _LatestReport())
+        self._readers = _count_readers(plan)
+        self._unread: list = []  # stage outputs nobody reads: the final job computes them
+        self._chained: list[PlannedStage] = []  # stages computed by the next Spark action
 
     def run(self) -> None:
-        from pyspark import StorageLevel
-
         try:
-            for number, stage in enumerate(self._plan.stages, 1):
-                start = time.monotonic()
-                self._sc.setJobDescription(f"beam_ext stage {number}/{len(self._plan.stages)}: {stage.name}")
-                if stage.native is not None:
-                    self._run_native(stage)
-                else:
-                    self._run_stage(stage, StorageLevel.MEMORY_AND_DISK)
-                _LOG.info("stage %d/%d %s done in %.2fs", number, len(self._plan.stages),
-                          stage.name, time.monotonic() - start)
+            try:
+                self._run_chained()
+            except PipelineError as failure:
+                if failure.step is not None or len(self._chained) < 2:
+                    raise
+                # A dead Python worker leaves no step in Spark's message, and
+                # the failed job ran several stages: run them one job each to
+                # name the one that fails.
+                _LOG.info("pipeline failed in a job of %d stages; running them one by one "
+                          "to name the failing step", len(self._chained))
+                self._reset()
+                self._run_stage_by_stage()
+                raise
         finally:
-            self._sc.setJobDescription(None)
-            for rdd in self._persisted:
-                rdd.unpersist()
-            for broadcast in self._broadcasts:
-                broadcast.unpersist()
+            self._reset()
+
+    def _reset(self) -> None:
+        self._sc.setJobDescription(None)
+        for rdd in self._persisted:
+            rdd.unpersist()
+        for broadcast in self._broadcasts:
+            broadcast.unpersist()
+        self._persisted, self._broadcasts, self._buffers, self._grouped = [], [], {}, {}
+        self._unread, self._chained = [], []
+
+    def _run_chained(self) -> None:
+        start = time.monotonic()
+        total = len(self._plan.stages)
+        for number, stage in enumerate(self._plan.stages, 1):
+            _LOG.info("stage %d/%d: %s", number, total, stage.label)
+            # Spark's UI and progress bar show the job of the stage that asks for one.
+            self._sc.setJobDescription(f"beam_ext stage {number}/{total}: {stage.label}")
+            if stage.native is not None:
+                self._run_native(stage)
+            else:
+                self._chain_stage(stage)
+        self._sc.setJobDescription(f"beam_ext stages up to {total}/{total}: {self._plan.stages[-1].label}"
+                                   if total else None)
+        self._compute_unread()
+        _LOG.info("%d stages done in %.2fs", total, time.monotonic() - start)
+
+    def _run_stage_by_stage(self) -> None:
+        self._readers = {}  # nothing shared: every stage is persisted and computed on its own
+        for stage in self._plan.stages:
+            self._chained = []
+            if stage.native is not None:
+                self._run_native(stage)
+                continue
+            self._chain_stage(stage, persist=True)
+            self._compute_unread()
 
     # -- buffers ---------------------------------------------------------
     def _read(self, buffer_id: bytes):
@@ -183,32 +234,58 @@ class BatchExecutor:
             return None
         state: dict[bytes, bytes] = {}
         for spec in stage.side_inputs:
-            # Collecting runs the side input's grouping (a shuffle) here, in
-            # this stage's name: its failures read like the stage's own.
-            with translate_spark_error(stage.steps):
+            # Collecting computes the stages chained so far that the side
+            # input needs; a failure names their steps too.
+            with self._action(stage):
                 chunks = self._read(spec.buffer).collect()
             state.update(side_input_state(spec, chunks))
         broadcast = self._sc.broadcast(state)
         self._broadcasts.append(broadcast)
         return broadcast
 
-    def _run_stage(self, stage: PlannedStage, storage_level) -> None:
+    def _chain_stage(self, stage: PlannedStage, persist: bool = False) -> None:
+        """Adds ``stage`` to the lineage; the next Spark action computes it."""
+        from pyspark import StorageLevel
+
         records = self._stage_input(stage)
         broadcast = self._side_inputs(stage)
-        out = records.mapPartitions(functools.partial(_stage_task, stage.spec, broadcast))
-        out.persist(storage_level)
-        self._persisted.append(out)
-        with translate_spark_error(stage.steps):
-            metrics = out.filter(lambda r: r[0] == METRICS_OUTPUT).values().collect()
-        self._record_metrics(stage.name, metrics)
+        self._chained.append(stage)
+        out = records.mapPartitionsWithIndex(
+            functools.partial(_stage_task, stage.spec, broadcast, self._reports, stage.name))
+        readers = sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs)
+        if persist or readers > 1:
+            out.persist(StorageLevel.MEMORY_AND_DISK)
+            self._persisted.append(out)
+        if readers == 0:
+            self._unread.append(out)
         for index, buffer_id in enumerate(stage.outputs):
             self._write(buffer_id, out.filter(lambda r, i=index: r[0] == i).values())
 
-    def _record_metrics(self, stage_name: str, serialized: list[bytes]) -> None:
-        infos = itertools.chain.from_iterable(
-            beam_fn_api_pb2.ProcessBundleResponse.FromString(s).monitoring_infos
-            for s in serialized)
-        self.monitoring[stage_name] = list(monitoring_infos.consolidate(infos))
+    @contextlib.contextmanager
+    def _action(self, stage: PlannedStage | None = None):
+        """Runs a Spark action over the stages chained so far, then keeps their metrics."""
+        stages = self._chained + ([stage] if stage is not None else [])
+        with translate_spark_error(tuple(dict.fromkeys(step for s in stages for step in s.steps))):
+            yield
+        self._record_metrics()
+
+    def _compute_unread(self) -> None:
+        if self._unread:
+            unread, self._unread = self._unread, []
+            with self._action():
+                rdd = unread[0] if len(unread) == 1 else self._sc.union(unread)
+                rdd.foreachPartition(_drain)
+        self._record_metrics()
+
+    def _record_metrics(self) -> None:
+        by_stage: dict[str, list[bytes]] = {}
+        for (stage_name, _), serialized in self._reports.value.items():
+            by_stage.setdefault(stage_name, []).append(serialized)
+        for stage_name, serialized in by_stage.items():
+            infos = itertools.chain.from_iterable(
+                beam_fn_api_pb2.ProcessBundleResponse.FromString(s).monitoring_infos
+                for s in serialized)
+            self.monitoring[stage_name] = list(monitoring_infos.consolidate(infos))
 
     def _run_native(self, stage: PlannedStage) -> None:
         from pyspark import StorageLevel
@@ -225,7 +302,7 @@ class BatchExecutor:
         out = result.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
         out.persist(StorageLevel.MEMORY_AND_DISK)
         self._persisted.append(out)
-        with translate_spark_error(stage.steps):
+        with self._action(stage):
             out.count()
         self.monitoring[stage.name] = [
             monitoring_infos.int64_user_counter(namespace, name, value, ptransform=spec.step_name)
@@ -238,6 +315,26 @@ try:
     from pyspark.accumulators import AccumulatorParam as _AccumulatorParam
 except ImportError:  # pragma: no cover - pyspark is a hard dependency
     _AccumulatorParam = object
+
+
+class _LatestReport(_AccumulatorParam):
+    """Per-task reports: a key written again (a retried or recomputed task) replaces its value."""
+
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, a, b):
+        a.update(b)
+        return a
+
+
+def _count_readers(plan: Plan) -> dict[bytes, int]:
+    """How many times each buffer is read: by stages, as input or side input."""
+    readers: dict[bytes, int] = {}
+    for stage in plan.stages:
+        for buffer_id in (*stage.inputs, *(spec.buffer for spec in stage.side_inputs)):
+            readers[buffer_id] = readers.get(buffer_id, 0) + 1
+    return readers
 
 
 class _DictSumParam(_AccumulatorParam):

@@ -41,7 +41,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
 from beam_ext.runner._errors import translate_spark_error
 from beam_ext.runner._shuffle import ElementSplitter, identity_partition, unpack
-from beam_ext.runner.executors._batch import BatchExecutor, _AccumulatorParam, _keyed_blobs, _round_robin, _tag
+from beam_ext.runner.executors._batch import BatchExecutor, _drain, _keyed_blobs, _round_robin, _tag
 from beam_ext.runner.executors._commit_log import CommitLog, Progress
 from beam_ext.runner.executors._side_inputs import side_input_state
 from beam_ext.runner.executors._watermarks import make_watermarks
@@ -109,7 +109,6 @@ class StreamingExecutor(BatchExecutor):
         self._uses_test_clock = any(s.test_stream is not None for s in plan.stages)
         self.progress = Progress()
         self._lock = threading.Lock()
-        self._reports = self._sc.accumulator({}, _LatestReport())
         self._watermarks = make_watermarks(watermarks, self._sc, plan, parallelism, self._producers,
                                            self._group_owner, tracker_options)
 
@@ -206,7 +205,7 @@ class StreamingExecutor(BatchExecutor):
                 if stage.test_stream is not None:
                     continue  # its output was emitted by _advance_test_streams
                 self._sc.setJobDescription(
-                    f"beam_ext batch {batch}: {', '.join(stage.steps) or stage.name}")
+                    f"beam_ext batch {batch}: {stage.label}")
                 self._run_streaming_stage(number, stage, progress, now)
             self._settle(progress)
             self._keep_complete_side_inputs(progress)
@@ -546,20 +545,6 @@ def _element_count(serialized: list[bytes], pcolls: tuple[str, ...]) -> int:
     return total
 
 
-def _drain(records) -> None:
-    for _ in records:
-        pass
-
-
 def _report(accumulator, batch: int, owner: str, partition: int, summary: TaskSummary) -> None:
     # Keyed by task: a recomputed partition replaces its report instead of adding to it.
     accumulator.add({(batch, owner, partition): summary})
-
-
-class _LatestReport(_AccumulatorParam):
-    def zero(self, value):
-        return {}
-
-    def addInPlace(self, a, b):
-        a.update(b)
-        return a

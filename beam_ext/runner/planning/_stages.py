@@ -71,6 +71,13 @@ class PlannedStage:
     source_pcolls: tuple[str, ...] = ()  # outputs of its SDF reads: what a stream counts as input
 
     @property
+    def label(self) -> str:
+        """The user's steps fused here, for logs and Spark's UI (not the
+        fused stage's id, which joins transform ids)."""
+        label = "+".join(self.steps) if self.steps else self.name
+        return label if len(label) <= 100 else label[:97] + "..."
+
+    @property
     def keeps_state(self) -> bool:
         """Whether the stage has anything to keep between micro-batches
         (user state, timers, SDF residuals)."""
