@@ -154,8 +154,9 @@ class SparkBeamJob(local_job_service.BeamJob):
         return getattr(self, "_run_thread", None) is not None
 
     def _cancel_spark_jobs(self) -> None:
-        # A batch job runs one Spark job per stage: cancelling the group stops
-        # the one under way, and repeating catches a stage started meanwhile.
+        # A batch job runs a Spark job per collected side input and one at the
+        # end: cancelling the group stops the one under way, and repeating
+        # catches one started meanwhile.
         # A streaming job's loop reads the request between micro-batches.
         while not self._finished.wait(_POLL):
             if self.result is None:
