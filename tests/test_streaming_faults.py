@@ -9,6 +9,7 @@ duplicated, no pane computed from lost or twice-applied state.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import random
@@ -114,10 +115,16 @@ def _tail(path) -> str:
 
 
 @pytest.mark.slow  # two JVMs of its own and ~15 micro-batches
-def test_killed_driver_resumes_from_its_checkpoint_with_nothing_lost_or_duplicated(spark, tmp_path, direct_outputs):
+@pytest.mark.parametrize("backend", ["memory", "spill"])
+def test_killed_driver_resumes_from_its_checkpoint_with_nothing_lost_or_duplicated(spark, tmp_path, direct_outputs,
+                                                                                   backend):
+    # On spill, the kill lands after tasks flushed their segments into LMDB
+    # and wrote versions naming them, before the commit: the restart must
+    # read the committed version's segments only and collect the others.
     out, checkpoint, log_path = tmp_path / "out", str(tmp_path / "ckpt"), tmp_path / "job.log"
     out.mkdir()
-    args = [str(out), *_SPARK_ARGS, "--spark_master=local[2]", f"--checkpoint_dir={checkpoint}"]
+    args = [str(out), *_SPARK_ARGS, "--spark_master=local[2]", f"--checkpoint_dir={checkpoint}",
+            f"--spark_state_backend={backend}"]
     kill_after = random.Random(2024).randint(2, 9)
     token = uuid.uuid4().hex
     with open(log_path, "w") as log:
@@ -142,6 +149,8 @@ def test_killed_driver_resumes_from_its_checkpoint_with_nothing_lost_or_duplicat
     assert not _kill_processes_of(token), "processes of the killed job outlived it"
     killed_at = _committed(checkpoint)
     assert killed_at >= kill_after
+    if backend == "spill":  # the state the restart resumes from is in LMDB
+        assert glob.glob(os.path.join(checkpoint, "state", "*", "*", "spill", "data.mdb"))
     assert job.read_outputs(str(out)) != direct_outputs  # killed mid-stream
 
     # Another pipeline on this checkpoint is refused, and leaves it as it was.

@@ -36,6 +36,12 @@ class _Op:
     epoch: int = field(compare=False, default=0)
     blocks: list[_Block] = field(compare=False, default_factory=list)
     done: threading.Event | None = field(compare=False, default=None)
+    # A flush: (window, its epoch, block) of every window, written together.
+    writes: list[tuple[_Window, int, _Block]] = field(compare=False, default_factory=list)
+
+
+# A block to write: its window, the window's epoch when queued, the block, its values.
+_Entry = tuple[_Window, int, _Block, list[bytes]]
 
 
 class _IoThread:
@@ -100,6 +106,14 @@ class _IoThread:
             win.written = True
         self._queue.put(_Op(priority, next(self._order), kind, win, win.epoch, blocks, done))
 
+    def _submit_flush(self, writes: list[tuple[_Window, _Block]]) -> None:
+        """Queue one write of blocks of many windows, one transaction (caller holds ``_lock``)."""
+        self._pending_ops += 1
+        for win, _ in writes:
+            win.written = True
+        self._queue.put(_Op(_LATE_WRITE, next(self._order), "flush",
+                            writes=[(win, win.epoch, b) for win, b in writes]))
+
     def _request_staging(self, win: _Window) -> int:
         """Queue the window's blocks that are only in LMDB; returns their bytes."""
         missing = _unstaged(win)
@@ -135,6 +149,8 @@ class _IoThread:
                 if self._error is None:
                     if op.kind == "write":
                         self._do_write(op)
+                    elif op.kind == "flush":
+                        self._do_flush(op)
                     elif op.kind == "stage":
                         self._do_stage(ops)
                     elif op.kind == "delete":
@@ -177,7 +193,8 @@ class _IoThread:
         with self._lock:
             if self._stale(op):
                 return
-            todo = [(b, b.values) for b in op.blocks if not b.persisted and b.values is not None]
+            todo: list[_Entry] = [(op.win, op.epoch, b, b.values) for b in op.blocks
+                                  if not b.persisted and b.values is not None]
         step = self._serde_threads
         for i in range(0, len(todo), step):
             if i and self._more_urgent(op):
@@ -185,38 +202,63 @@ class _IoThread:
                 with self._lock:
                     self._pending_ops += 1
                 self._queue.put(_Op(op.priority, next(self._order), "write", op.win, op.epoch,
-                                    [b for b, _ in todo[i:]]))
+                                    [b for _, _, b, _ in todo[i:]]))
                 return
-            if not self._write_blocks(op, todo[i:i + step]):
+            if not self._write_blocks(todo[i:i + step]):
                 return
 
-    def _write_blocks(self, op: _Op, todo: list) -> bool:
+    def _do_flush(self, op: _Op) -> None:
+        # Not interrupted: its caller waits for all of it, and each block in
+        # a transaction of its own cost more than the encoding.
+        with self._lock:
+            todo: list[_Entry] = [(win, epoch, b, b.values) for win, epoch, b in op.writes
+                                  if win.epoch == epoch and not b.persisted and b.values is not None]
+        if todo:
+            self._write_blocks(todo)
+
+    def _encode(self, values: list[list[bytes]]) -> list[bytes]:
+        if len(values) > 1 and sum(map(_size, values)) >= _PARALLEL_CODEC_BYTES:
+            # A task per thread, not per block: many small blocks would each
+            # pay a hand-over.
+            n = self._serde_threads
+            chunks = [values[i::n] for i in range(n)]
+            done = list(self._codec_pool.map(
+                lambda chunk: [encode_values(v, _POOL) for v in chunk], chunks))
+            out: list[bytes] = [b""] * len(values)
+            for i, chunk in enumerate(done):
+                out[i::n] = chunk
+            return out
+        return [encode_values(v, _POOL) for v in values]
+
+    def _write_blocks(self, todo: list[_Entry]) -> bool:
+        """Encode and commit ``todo`` in one transaction; returns whether all were written."""
         # A duration for stats, not a deadline: nothing waits on the clock.
         t0 = time.perf_counter()
-        if sum(b.nbytes for b, _ in todo) >= _PARALLEL_CODEC_BYTES:
-            encoded = list(self._codec_pool.map(lambda bv: encode_values(bv[1], _POOL), todo))
-        else:
-            encoded = [encode_values(values, _POOL) for _, values in todo]
+        encoded = self._encode([values for _, _, _, values in todo])
         self.stats["serialize_seconds"] += time.perf_counter() - t0
 
-        def purged() -> bool:
+        def purged() -> list[bool]:
             with self._lock:
-                return self._stale(op)
+                return [win.epoch != epoch for win, epoch, _, _ in todo]
 
-        for (b, _), data in zip(todo, encoded):
-            # One transaction per block: a crash keeps whole blocks only. The
-            # staleness check runs under the transaction lock, so a purge's
-            # delete can never run between it and the put.
-            if not self._disk.put(_block_key(op.win.prefix, b.seq), data, unless=purged):
-                return False
-            with self._lock:
-                if self._stale(op):
-                    return False  # purged during the put: its memory is accounted for
+        # One transaction: a crash keeps all of these blocks or none, so every
+        # window keeps a prefix of its blocks. The staleness check runs under
+        # the transaction lock, so a purge's delete can never run between it
+        # and the puts.
+        put = self._disk.put_many(
+            [(_block_key(win.prefix, b.seq), data) for (win, _, b, _), data in zip(todo, encoded)],
+            skip=purged)
+        complete = True
+        with self._lock:
+            for (win, epoch, b, _), was_put in zip(todo, put):
+                if not was_put or win.epoch != epoch:
+                    complete = False  # purged, before or during the put: memory is accounted for
+                    continue
                 b.persisted = True
                 self.stats["blocks_written"] += 1
-                if b.evict and not op.win.readers:
-                    self._drop(op.win, b)
-        return True
+                if b.evict and not win.readers:
+                    self._drop(win, b)
+        return complete
 
     def _do_stage(self, ops: list[_Op]) -> None:
         # A duration, not a deadline: the cost per block behind staging_seconds().

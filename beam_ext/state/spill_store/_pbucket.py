@@ -3,9 +3,9 @@
 Knows files, transactions and keys, nothing of windows or memory. Every
 failure is a :class:`SpillStoreError` naming the path.
 
-Durability: each block is written in its own LMDB transaction, so a crash
-leaves every window with a prefix of its committed blocks and never half a
-block. Environments open with ``sync=False``: a killed process loses nothing
+Durability: a write of blocks is one LMDB transaction (a flush of the whole
+store included), so a crash leaves every window with a prefix of its
+committed blocks and never half a block. Environments open with ``sync=False``: a killed process loses nothing
 committed, an operating-system crash may lose the latest blocks.
 
 Damage: opening checks data.mdb against its meta pages first
@@ -127,19 +127,23 @@ class _PBucket:
                     f"{key!r} (corrupt environment?)")
         return out  # type: ignore[return-value]
 
-    def put(self, key: bytes, data: bytes, *, unless: Callable[[], bool]) -> bool:
-        """Commit one block in its own transaction, unless ``unless()``; returns whether put.
+    def put_many(self, items: list[tuple[bytes, bytes]], *,
+                 skip: Callable[[], list[bool]]) -> list[bool]:
+        """Commit ``items`` in one transaction, but those ``skip()`` flags; returns which were put.
 
-        ``unless`` runs under the transaction lock, so no other transaction
-        (a purge's delete) can run between it and the put.
+        ``skip`` runs under the transaction lock, so no other transaction
+        (a purge's delete) can run between it and the puts.
         """
         with self._lock:
-            if unless():
-                return False
+            put = [not s for s in skip()]
+            todo = [item for item, p in zip(items, put) if p]
+            if not todo:
+                return put
             if not self._committed:
                 self._mark_committed()
-            self._write(lambda txn: txn.put(key, data))
-        return True
+            # One C call for every item; one commit (one page flush) for the batch.
+            self._write(lambda txn: txn.cursor().putmulti(todo))
+        return put
 
     def delete_prefix(self, prefix: bytes) -> None:
         """Delete every key that starts with ``prefix``, in one transaction."""

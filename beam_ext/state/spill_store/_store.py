@@ -20,7 +20,7 @@ import pyarrow as pa
 from beam_ext.state._arrow_blocks import CorruptBlockError, decode_values_array
 from beam_ext.state.spill_store._blocks import _POOL, _Block, _size, _Window
 from beam_ext.state.spill_store._errors import SpillStoreError
-from beam_ext.state.spill_store._io import _LATE_WRITE, _IoThread
+from beam_ext.state.spill_store._io import _IoThread
 from beam_ext.state.spill_store._keys import _MAX_KEY_BYTES, _prefix
 from beam_ext.state.spill_store._pbucket import _LOST_DATA_POLICIES, _PBucket
 from beam_ext.state.spill_store._policy import _MemoryPolicy
@@ -232,12 +232,15 @@ class SpillStore(_MemoryPolicy, _IoThread):
         """Write every value held only in memory to LMDB and wait until committed."""
         self._raise_if_failed()
         with self._lock:
+            dirty = []
             for win in self._windows.values():
                 if win.tail:
                     self._seal_tail(win)
-                dirty = [b for b in win.blocks if not b.persisted and b.values is not None]
-                if dirty:
-                    self._submit(_LATE_WRITE, "write", win, dirty)
+                dirty.extend((win, b) for b in win.blocks if not b.persisted and b.values is not None)
+            if dirty:
+                # One transaction for all: a commit per block made a flush of
+                # many small windows cost milliseconds per window.
+                self._submit_flush(dirty)
         self._drain()
 
     def close(self) -> None:
