@@ -4,7 +4,8 @@ Each example's ``run(argv)`` is called twice on the same small inputs: once
 on Beam's DirectRunner, once with ``--runner=beam_ext.runner.SparkRunner``
 and the flags a Dataflow job would carry. The written files must hold the
 same lines. Inputs come from Beam's own tests of the examples where they
-have sample data.
+have sample data. The migration checker calls these examples runnable
+(tests/test_migrate_check.py); here they run.
 """
 from __future__ import annotations
 

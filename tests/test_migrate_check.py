@@ -51,17 +51,6 @@ def test_beams_examples_run(example, text_input, tmp_path):
     assert report.exit_status == 0
 
 
-def test_wordcount_verdicts_hold_on_sparkrunner(spark, text_input, tmp_path):
-    """The example judged runnable runs on SparkRunner, unchanged but for --runner."""
-    from apache_beam.examples import wordcount
-
-    output = tmp_path / "counts"
-    wordcount.run(["--input", text_input, "--output", str(output),
-                   "--runner=beam_ext.runner.SparkRunner"], save_main_session=False)
-    lines = sorted(line for f in tmp_path.glob("counts*") for line in f.read_text().splitlines())
-    assert lines == ["and: 1", "cat: 2", "dog: 1", "the: 3"]
-
-
 def test_wordcount_default_input_on_cloud_storage(tmp_path):
     # Its --input defaults to gs://dataflow-samples/...: nothing is contacted to find that out.
     report = check_script(os.path.join(EXAMPLES, "wordcount.py"), ["--output", str(tmp_path / "out")])
