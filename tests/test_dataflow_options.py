@@ -13,7 +13,7 @@ import sys
 import apache_beam as beam
 import pytest
 from _user_packages import write_package
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 from apache_beam.testing.util import assert_that, equal_to
 
 from beam_ext.runner import SparkRunner, _dependencies
@@ -198,3 +198,10 @@ def test_dataflow_command_line_on_local_spark(tmp_path):
     assert len(warnings) == 1, warnings
     for flag in _IGNORED:
         assert done.stderr.count(f"{flag} (") == 1, flag
+
+
+def test_options_built_without_flags_map_to_nothing():
+    # PipelineOptions() keeps no flag list at all (Beam's own streaming tests build theirs so).
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    assert map_dataflow_options(options).mappings == ()

@@ -264,7 +264,7 @@ def _dataflow_flags() -> dict[str, tuple[str, ...]]:
 def _flag_names(options: po.PipelineOptions, flags: dict[str, tuple[str, ...]]) -> dict[str, str]:
     """dest -> the flag as the user spelled it (``--extra_package`` or
     ``--extra_packages``); the longest spelling for options set in code."""
-    used = {str(arg).split("=", 1)[0] for arg in options._flags}
+    used = {str(arg).split("=", 1)[0] for arg in options._flags or ()}
     names = {}
     for dest, spellings in flags.items():
         given = [s for s in spellings if s in used]
