@@ -33,6 +33,8 @@ _PUBLIC: dict[str, str] = {
     "SparkPipelineResult": "beam_ext.runner",
     "PipelineError": "beam_ext.runner",
     "SparkUnavailableError": "beam_ext.runner",
+    "CheckpointMismatch": "beam_ext.runner",
+    "CheckpointUnwritable": "beam_ext.runner",
     # Moving pipelines to SparkRunner (docs/migrating.md)
     "DataflowOptionError": "beam_ext.runner",
     "check_script": "beam_ext.migrate",
