@@ -205,3 +205,12 @@ def test_options_built_without_flags_map_to_nothing():
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     assert map_dataflow_options(options).mappings == ()
+
+
+def test_options_a_job_server_rebuilds_from_a_portable_client_report_nothing():
+    # PortableRunner sends every option, defaults included; the server rebuilds them.
+    client = PipelineOptions(["--runner=PortableRunner", "--job_endpoint=localhost:1",
+                              "--environment_type=LOOPBACK", "--sdk_location=container"])
+    server = PipelineOptions.from_dictionary(
+        {k: v for k, v in client.get_all_options().items() if v is not None})
+    assert map_dataflow_options(server).mappings == ()

@@ -25,6 +25,7 @@ The cost is one argparse pass over the options, at job start.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 from typing import Any, Callable, Literal
@@ -248,6 +249,34 @@ SPARK: tuple[str, ...] = ("job_name", "staging_location", "num_workers", "max_nu
                           "autoscaling_algorithm", "machine_type", "number_of_worker_harness_threads")
 
 
+# Values that mean "nothing asked for": Beam's PortableRunner sends every
+# option, defaults included, and the SDK's container stages itself.
+_NOT_ASKED_FOR = {"sdk_location": ("default", "container")}
+
+
+def _is_default(dest: str, value: Any) -> bool:
+    """Whether ``value`` is what the option holds when nobody set it. A job
+    server rebuilds options from every value the client had, so an append
+    option (``--gcp_oauth_scopes``) arrives as its default list appended to
+    itself."""
+    if value in _NOT_ASKED_FOR.get(dest, ()):
+        return True
+    default = _defaults().get(dest)
+    if isinstance(default, list) and isinstance(value, list):
+        return set(map(str, value)) <= set(map(str, default))
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _defaults() -> dict[str, Any]:
+    defaults: dict[str, Any] = {}
+    for cls in DATAFLOW_OPTION_CLASSES:
+        parser = po._BeamArgumentParser(allow_abbrev=False)
+        cls._add_argparse_args(parser)
+        defaults.update({a.dest: a.default for a in parser._actions if a.dest != "help"})
+    return defaults
+
+
 def _dataflow_flags() -> dict[str, tuple[str, ...]]:
     """dest -> the ``--flags`` of every option of Dataflow's option classes."""
     flags: dict[str, tuple[str, ...]] = {}
@@ -345,7 +374,8 @@ def map_dataflow_options(options: po.PipelineOptions) -> DataflowOptionsReport:
     names = _flag_names(options, flags)
     # retain_unknown_options: the script's own arguments are no reason to warn.
     given = options.get_all_options(drop_default=True, retain_unknown_options=True)
-    set_values = {k: v for k, v in given.items() if k in flags and v is not None}
+    set_values = {k: v for k, v in given.items()
+                  if k in flags and v is not None and not _is_default(k, v)}
     experiments = [e for e in set_values.pop("experiments", None) or [] if e not in _ADDED_BY_BEAM]
     if experiments:
         set_values["experiments"] = experiments
