@@ -43,6 +43,26 @@ def test_late_data_gives_the_direct_runners_panes(spark, tmp_path):
     assert not any(6 in pane[1] for pane in panes)
 
 
+def test_combine_per_key_keeps_element_timestamps_behind_the_watermark(spark, tmp_path):
+    """A lifted CombinePerKey would merge 2, 3, 7 and 8 into one timestamp (2)
+    before the shuffle, behind the watermark (5), and time the pane at the
+    end of the window; unlifted, 7 holds it (trigger_transcripts.yaml,
+    known_late_data_watermark)."""
+    def build(p):
+        stream = (TestStream()
+                  .advance_watermark_to(5)
+                  .add_elements([TV(("k", v), v) for v in (2, 3, 7, 8)])
+                  .advance_watermark_to(11)
+                  .advance_watermark_to_infinity())
+        return (p | stream
+                | beam.WindowInto(window.FixedWindows(10),
+                                  timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST)
+                | beam.CombinePerKey(sum)
+                | beam.Map(lambda kv, t=beam.DoFn.TimestampParam: [kv[0], kv[1], float(t)]))
+
+    assert streaming_equals_direct(build, tmp_path) == [["k", 20, 7.0]]
+
+
 def test_processing_time_triggers_follow_the_test_stream_clock(spark, tmp_path):
     def build(p):
         stream = (TestStream()

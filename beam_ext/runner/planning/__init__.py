@@ -34,7 +34,7 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
         runner_urns |= {common_urns.primitives.TEST_STREAM.urn}
     check_supported(proto, runner_urns)
     context, stages = translations.create_and_optimize_stages(
-        proto, phases=optimize_phases(), known_runner_urns=runner_urns,
+        proto, phases=optimize_phases(streaming), known_runner_urns=runner_urns,
         is_drain=is_drain)
     planner = StagePlanner(context, native_urns, bundle_bytes, partitions)
     planner.state = (state_backend, state_memory_bytes)

@@ -32,7 +32,7 @@ Ours:
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from apache_beam.portability import common_urns, python_urns
 from apache_beam.portability.api import beam_runner_api_pb2
@@ -89,7 +89,40 @@ def sort_stages_by_name(stages: Iterable[Stage], context: TransformContext) -> l
     return ordered
 
 
-def optimize_phases() -> list[Phase]:
+def lift_combiners_keeping_element_timestamps(stages: Iterable[Stage],
+                                             context: TransformContext) -> Iterator[Stage]:
+    """Beam's combiner lifting, except for a CombinePerKey whose output
+    timestamp is not the end of the window: that one runs unlifted.
+
+    A streaming GroupByKey gives an element no watermark hold when it is
+    behind the output watermark. Pre-combining merges the timestamps of a
+    key's elements into one (the earliest, say) before the shuffle, so a pane
+    of elements partly behind the watermark would be timestamped by the ones
+    behind it; the DirectRunner, which does not lift in streaming, keeps each
+    element's own timestamp (trigger_transcripts.yaml,
+    known_late_data_watermark). At the end of the window the timestamp does
+    not depend on the elements, so lifting changes nothing.
+    """
+    for stage in stages:
+        transform = stage.transforms[0] if len(stage.transforms) == 1 else None
+        if (transform is not None and transform.spec.urn == common_urns.composites.COMBINE_PER_KEY.urn
+                and _output_time(transform, context) != beam_runner_api_pb2.OutputTime.END_OF_WINDOW):
+            for sub in transform.subtransforms:
+                yield Stage(sub, [context.components.transforms[sub]],
+                            downstream_side_inputs=stage.downstream_side_inputs,
+                            must_follow=stage.must_follow, parent=stage.name,
+                            environment=stage.environment)
+        else:
+            yield from translations.lift_combiners([stage], context)
+
+
+def _output_time(transform: beam_runner_api_pb2.PTransform, context: TransformContext):
+    [pcoll] = transform.inputs.values()
+    strategy = context.components.pcollections[pcoll].windowing_strategy_id
+    return context.components.windowing_strategies[strategy].output_time
+
+
+def optimize_phases(streaming: bool = False) -> list[Phase]:
     """Beam's standard phases in Beam's order, with ours where they belong."""
     t = translations
     return [
@@ -97,7 +130,7 @@ def optimize_phases() -> list[Phase]:
         t.annotate_stateful_dofns_as_roots,
         t.fix_side_input_pcoll_coders,
         t.pack_combiners,
-        t.lift_combiners,
+        lift_combiners_keeping_element_timestamps if streaming else t.lift_combiners,
         t.expand_sdf,
         spread_sdf_processing,
         t.expand_gbk,
