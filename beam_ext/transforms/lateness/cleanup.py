@@ -10,8 +10,6 @@ import bisect
 import collections
 import math
 
-from scipy.stats import binom
-
 
 class PredictiveCleanup:
     """Learns from late offsets how long window state must be kept.
@@ -101,6 +99,9 @@ class PredictiveCleanup:
         r = self._rank_for_n.get(n)
         if r is None:
             # P(Binom(n, q) <= r - 1) >= confidence  <=>  r - 1 >= ppf(confidence).
+            # SciPy costs a second of import in every Spark Python worker: load it on use.
+            from scipy.stats import binom
+
             r = int(binom.ppf(self.confidence, n, self.coverage)) + 1
             self._rank_for_n[n] = r
         return r

@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 
 def z_value(confidence: float) -> float:
@@ -19,6 +18,9 @@ def z_value(confidence: float) -> float:
     """
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    # SciPy costs a second of import in every Spark Python worker: load it on use.
+    from scipy import stats
+
     return float(stats.norm.ppf(0.5 + confidence / 2.0))
 
 

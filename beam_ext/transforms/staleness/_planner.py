@@ -5,7 +5,6 @@ import math
 from typing import Iterable, Sequence
 
 import numpy as np
-from scipy.stats import norm
 
 from beam_ext.transforms.staleness._schedule import (
     Weight,
@@ -172,6 +171,9 @@ class StalenessPlanner:
     def _robust_weight(self, intervals: int, bound: float) -> Weight:
         n_hist = len(self._list)
         n_eff = 1.0 / (1.0 / self._window_arrivals + 1.0 / n_hist)
+        # SciPy costs a second of import in every Spark Python worker: load it on use.
+        from scipy.stats import norm
+
         z = float(norm.isf((1 - self._confidence) / intervals))
         z110 = float(norm.isf((1 - DEFAULT_CONFIDENCE_110) / intervals))
         cache: dict[int, float] = {}
