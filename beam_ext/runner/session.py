@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from beam_ext.errors import BeamExtError
+from beam_ext.runner._jvm_class_cache import driver_java_options
 from beam_ext.runner.options import SparkRunnerOptions, parse_spark_conf
 
 _LOG = logging.getLogger(__name__)
@@ -18,7 +19,8 @@ class SparkUnavailableError(BeamExtError, RuntimeError):
     """Spark cannot be started or reached (no Java, bad master URL, ...)."""
 
 
-def _check_java() -> None:
+def _check_java() -> tuple[str, int, str]:
+    """The java Spark will launch, its major version and ``-version`` text."""
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get(
         "JAVA_HOME") else shutil.which("java")
     if not java or not os.path.exists(java):
@@ -28,9 +30,10 @@ def _check_java() -> None:
     try:
         major = int(out.split('"')[1].split(".")[0])
     except (IndexError, ValueError):
-        return  # unknown format; let Spark report
+        return java, 0, out  # unknown format; let Spark report
     if major < 17:
         raise SparkUnavailableError(f"{java} is Java {major}; PySpark 4 needs Java 17+")
+    return java, major, out
 
 
 def _check_master_reachable(master: str) -> None:
@@ -63,7 +66,7 @@ def get_or_create_session(options: SparkRunnerOptions, app_name: str,
     session = active_session()
     if session is not None and session.sparkContext._jsc is not None:
         return session
-    _check_java()
+    java, java_major, java_version = _check_java()
     _check_master_reachable(options.spark_master)
     from pyspark.sql import SparkSession
 
@@ -79,6 +82,11 @@ def get_or_create_session(options: SparkRunnerOptions, app_name: str,
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     conf.update(derived_conf or {})
     conf.update(parse_spark_conf(options.spark_conf))
+    if java_major:
+        user_java_options = conf.get("spark.driver.extraJavaOptions", "")
+        class_cache = driver_java_options(java, java_major, java_version, user_java_options)
+        if class_cache:
+            conf["spark.driver.extraJavaOptions"] = f"{user_java_options} {class_cache}".strip()
     for key, value in conf.items():
         builder = builder.config(key, value)
     _LOG.info("Starting Spark (master %s)", options.spark_master)
