@@ -1,6 +1,9 @@
 """SparkRunner on the Beam model, feature by feature; DirectRunner is the oracle."""
 from __future__ import annotations
 
+import os
+import shutil
+
 import apache_beam as beam
 import pytest
 from apache_beam.transforms import window
@@ -13,7 +16,7 @@ from apache_beam.transforms.userstate import (
     on_timer,
 )
 from apache_beam.utils.timestamp import Timestamp
-from pipeline_outputs import spark_equals_direct
+from pipeline_outputs import run_and_collect, spark_equals_direct
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -168,6 +171,54 @@ def test_side_inputs_of_every_kind(tmp_path):
             multi=beam.pvalue.AsMultiMap(side))
     out = spark_equals_direct(build, tmp_path)
     assert out[0] == [11, [1, 2, 3], 3, [["a", 3], ["b", 2]], [1, 3]]
+
+
+def _add(x: int, offset: int) -> int:
+    return x + offset
+
+
+def test_a_pipeline_run_again_sees_its_new_side_inputs(spark, tmp_path):
+    # The same stages run again in one session: Python workers reuse their
+    # bundle processors, which must not keep the previous run's side inputs.
+    from beam_ext.runner import SparkRunner
+
+    def build(offset):
+        def pipeline(p):
+            side = p | "Side" >> beam.Create([offset])
+            return (p | "Main" >> beam.Create([1, 2, 3])
+                    | beam.Map(_add, beam.pvalue.AsSingleton(side)))
+        return pipeline
+
+    for offset in (10, 20, 30):
+        # The same output path each time: the stages, writes included, are equal.
+        shutil.rmtree(tmp_path / "out", ignore_errors=True)
+        out = run_and_collect(SparkRunner(), build(offset), str(tmp_path / "out"))
+        assert out == [1 + offset, 2 + offset, 3 + offset]
+
+
+def test_writing_the_same_files_again_replaces_them(spark, tmp_path):
+    # WriteToText's bundles learn their temporary directory from a side input:
+    # a second run writing there must use its own, and leave none behind.
+    from beam_ext.runner import SparkRunner
+
+    prefix = str(tmp_path / "out" / "part")
+    for run in range(3):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            (p | beam.Create([f"{run}-{i}" for i in range(50)])
+             | beam.io.WriteToText(prefix, num_shards=2))
+        files = sorted(os.listdir(tmp_path / "out"))
+        assert files == ["part-00000-of-00002", "part-00001-of-00002"]
+        lines = sorted(read_lines_of(tmp_path / "out"))
+        assert lines == sorted(f"{run}-{i}" for i in range(50))
+    assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def read_lines_of(directory) -> list[str]:
+    lines = []
+    for name in os.listdir(directory):
+        with open(os.path.join(directory, name), encoding="utf-8") as f:
+            lines += f.read().splitlines()
+    return lines
 
 
 def test_windowed_side_input(tmp_path):

@@ -28,7 +28,7 @@ from apache_beam.runners.portability.fn_api_runner.translations import IMPULSE_B
 from beam_ext.runner import native
 from beam_ext.runner._errors import PipelineError, translate_spark_error
 from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, identity_partition, unpack
-from beam_ext.runner.executors._side_inputs import side_input_state
+from beam_ext.runner.executors._side_inputs import SideInputState, side_input_state
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
 
@@ -239,7 +239,7 @@ class BatchExecutor:
             with self._action(stage):
                 chunks = self._read(spec.buffer).collect()
             state.update(side_input_state(spec, chunks))
-        broadcast = self._sc.broadcast(state)
+        broadcast = self._sc.broadcast(SideInputState.sealed(state))
         self._broadcasts.append(broadcast)
         return broadcast
 

@@ -10,6 +10,26 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import WindowGroupingBuffer
 
 from beam_ext.runner.planning import SideInputSpec
+from beam_ext.runner.worker._task import side_input_token
+
+
+class SideInputState(dict):
+    """A stage's side-input state entries, with a digest of their content (``token``).
+
+    A Python worker reuses a stage's bundle processors from task to task, and
+    Beam's DoFn invoker reads side inputs in the global window once, when the
+    processor is built. A processor is therefore reused only for the same
+    side-input content: the same stage run again in one session, with new
+    side inputs, must not see the old ones.
+    """
+
+    token: bytes = b""
+
+    @classmethod
+    def sealed(cls, entries: dict[bytes, bytes]) -> SideInputState:
+        state = cls(entries)
+        state.token = side_input_token(state)
+        return state
 
 
 def side_input_state(spec: SideInputSpec, chunks: Iterable[bytes]) -> dict[bytes, bytes]:

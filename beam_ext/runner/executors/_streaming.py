@@ -43,7 +43,7 @@ from beam_ext.runner._errors import translate_spark_error
 from beam_ext.runner._shuffle import ElementSplitter, identity_partition, unpack
 from beam_ext.runner.executors._batch import BatchExecutor, _drain, _keyed_blobs, _round_robin, _tag
 from beam_ext.runner.executors._commit_log import CommitLog, Progress
-from beam_ext.runner.executors._side_inputs import side_input_state
+from beam_ext.runner.executors._side_inputs import SideInputState, side_input_state
 from beam_ext.runner.executors._watermarks import make_watermarks
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.state import _versioned as versioned
@@ -460,7 +460,7 @@ class StreamingExecutor(BatchExecutor):
     def _streaming_side_inputs(self, number: int, stage: PlannedStage, progress: Progress):
         if not stage.side_inputs:
             return None
-        broadcast = self._sc.broadcast(self._side_input_state(number, stage, progress))
+        broadcast = self._sc.broadcast(SideInputState.sealed(self._side_input_state(number, stage, progress)))
         self._broadcasts.append(broadcast)
         return broadcast
 

@@ -15,7 +15,9 @@ only at the end of input until the executor passes processing time.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import hashlib
 import itertools
 import logging
 from typing import Any, Iterable, Iterator, Mapping
@@ -100,7 +102,28 @@ class _PooledSdk:
         self.worker = sdk_worker.SdkWorker(self.cache)
 
 
-_POOL: dict[bytes, list[_PooledSdk]] = {}
+# (descriptor, side-input token) -> idle SDK workers, least recently used first.
+_POOL: collections.OrderedDict[bytes, list[_PooledSdk]] = collections.OrderedDict()
+_POOL_KEYS = 32  # a long-lived session runs many pipelines: keep the processors of the latest
+
+
+def _pool_key(spec: StageSpec, side_inputs: Mapping[bytes, bytes]) -> bytes:
+    # Beam's DoFn invoker reads global-window side inputs once, when the
+    # processor is built: reuse one only for the same side-input content.
+    if not side_inputs:
+        return spec.descriptor
+    token = getattr(side_inputs, "token", b"") or side_input_token(side_inputs)
+    return spec.descriptor + b"\0side-inputs:" + token
+
+
+def side_input_token(entries: Mapping[bytes, bytes]) -> bytes:
+    """A digest of side-input state entries: equal content, equal token."""
+    digest = hashlib.blake2b(digest_size=16)
+    for key in sorted(entries):
+        value = entries[key]
+        digest.update(len(key).to_bytes(8, "big") + key + len(value).to_bytes(8, "big"))
+        digest.update(value)
+    return digest.digest()
 
 
 class _TaskWorker:
@@ -114,7 +137,8 @@ class _TaskWorker:
         self._descriptor = _descriptor(spec)
         self._state = state if state is not None else task_state(
             spec.state_backend, side_inputs, spec.state_memory_bytes)
-        free = _POOL.get(spec.descriptor)
+        self._pool_key = _pool_key(spec, side_inputs)
+        free = _POOL.get(self._pool_key)
         self._sdk = free.pop() if free else _PooledSdk(self._descriptor)
         self._sdk.state.target = self._state
         self._channel = self._sdk.channel
@@ -130,7 +154,11 @@ class _TaskWorker:
         self._sdk.state.target = None
         self._state.close()
         if self.completed:
-            _POOL.setdefault(self._spec.descriptor, []).append(self._sdk)
+            _POOL.setdefault(self._pool_key, []).append(self._sdk)
+            _POOL.move_to_end(self._pool_key)
+            while len(_POOL) > _POOL_KEYS:
+                for sdk in _POOL.popitem(last=False)[1]:
+                    sdk.cache.shutdown()
         else:
             # A failed or abandoned task may leave a processor mid-bundle.
             self._sdk.cache.shutdown()
