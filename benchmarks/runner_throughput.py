@@ -225,7 +225,7 @@ def measure(name: str, n: int, runs: int, texts: _Texts, sc, max_direct: int) ->
     row = dict(name=name, pipeline=label, elements=n, runs=runs, seconds=seconds,
                rate={e: (n / s if s else None) for e, s in seconds.items()})
     print(f"{label:55s} {n:>11,}  " + "  ".join(
-        f"{ENGINE_NAMES[e]} {_rate(row['rate'][e])}/s" for e in ENGINES)
+        f"{ENGINE_NAMES[e]} {_rate(row['rate'][e])}" + ("/s" if row["rate"][e] else "") for e in ENGINES)
         + f"  vs Direct {_ratio(row, 'direct')}  vs PySpark {_ratio(row, 'pyspark')}", flush=True)
     return row
 
@@ -417,7 +417,8 @@ def _fastest(row: dict) -> str:
     best = max(rates, key=rates.get)
     others = [v for e, v in rates.items() if e != best]
     lead = f" by {rates[best] / max(others):.2f}x" if others else ""
-    return f"{ENGINE_NAMES[best]}{lead}"
+    missing = [ENGINE_NAMES[e] for e in ENGINES if e not in rates]
+    return f"{ENGINE_NAMES[best]}{lead}" + (f" ({', '.join(missing)} not run)" if missing else "")
 
 
 def targets(results: dict) -> list[str]:
@@ -475,6 +476,8 @@ def write_report(results: dict, out_dir: str) -> None:
         f"## Main table, {results['args']['main_size']:,} elements", "",
     ]
     lines += _table(results["main"])
+    if any(r["rate"]["direct"] is None for r in results["main"]):
+        lines += ["", f"DirectRunner was not run above {results['args']['max_direct']:,} elements (`--max-direct`)."]
     if results["sweep"]:
         skipped = [r for r in results["sweep"] if r["rate"]["direct"] is None]
         lines += ["", "## Size sweep", "",
@@ -525,22 +528,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="small sizes, for a smoke run (main size 50k, sizes 10k,50k, 1 run, demo 500 payments)")
     parser.add_argument("--pipelines", default=",".join(PIPELINES),
                         help=f"comma-separated subset of {','.join(PIPELINES)}")
-    parser.add_argument("--sizes", default="10k,100k,1M,2M,10M",
-                        help="element counts for the sweep of wordcount and side_mean")
-    parser.add_argument("--main-size", default="2M", help="element count of the main table")
+    parser.add_argument("--sizes", default=None,
+                        help="element counts for the sweep of wordcount and side_mean (default 10k,100k,1M,2M,10M)")
+    parser.add_argument("--main-size", default=None, help="element count of the main table (default 2M)")
     parser.add_argument("--runs", type=int, default=None,
                         help="median of N runs per figure (default 3 up to 100k elements, 1 above)")
     parser.add_argument("--max-direct", default="10M",
                         help="skip DirectRunner above this many elements (it is the slowest engine)")
-    parser.add_argument("--demo-events", type=int, default=5000, help="payments in the demo row; 0 skips it")
-    parser.add_argument("--demo-runs", type=int, default=3)
+    parser.add_argument("--demo-events", type=int, default=None,
+                        help="payments in the demo row (default 5000); 0 skips it")
+    parser.add_argument("--demo-runs", type=int, default=None, help="median of N demo runs (default 3)")
     parser.add_argument("--demo-timeout", type=float, default=1800.0, help="seconds before a demo run is abandoned")
     parser.add_argument("--out", default=os.path.join(CHECKOUT, "docs", "benchmarks"))
     args = parser.parse_args(argv)
     command = shlex.join(["python", "benchmarks/runner_throughput.py", *(sys.argv[1:] if argv is None else argv)])
-    if args.quick:
-        args.sizes, args.main_size, args.demo_events, args.demo_runs = "10k,50k", "50k", 500, 1
-        args.runs = args.runs or 1
+    # --quick changes only the defaults: sizes, runs or demo given explicitly still apply.
+    for name, full, quick in (("sizes", "10k,100k,1M,2M,10M", "10k,50k"), ("main_size", "2M", "50k"),
+                              ("demo_events", 5000, 500), ("demo_runs", 3, 1), ("runs", None, 1)):
+        if getattr(args, name) is None:
+            setattr(args, name, quick if args.quick else full)
     args.pipelines = [p.strip() for p in args.pipelines.split(",") if p.strip()]
     for name in args.pipelines:
         if name not in PIPELINES:
