@@ -1,0 +1,296 @@
+"""Where a SparkRunner pipeline spends its time: Spark jobs and stages, and a
+profile of the Python workers split by what the code does.
+
+Each pipeline runs once to warm the session, then once measured with
+``spark.python.profile`` on (cProfile in every Python worker, merged per
+RDD). The worker profile's exclusive time is grouped into categories: Beam's
+per-element operations (Cython, counted in ``process_encoded``), DoFn
+bodies, element encode/decode, bundle-processor set-up, SDF read machinery,
+beam_ext's shuffle packing and grouping, PySpark's transfer to and from the
+JVM, and built-ins. Spark's REST API gives each Spark job's and stage's
+time. cProfile slows Python code down, so the shares matter, not the
+seconds; the wall time without the profiler is printed beside.
+
+    python benchmarks/runner_profile.py            # writes docs/benchmarks/runner_profile.md
+    python benchmarks/runner_profile.py --quick    # smoke run
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+
+import apache_beam as beam
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from runner_throughput import beam_gbk, beam_side_mean, beam_wordcount, make_text  # noqa: E402
+
+# (category, tests on "file:function"); first match wins, in this order.
+# PySpark's profiler keeps only the base name of each file.
+_CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
+    ("waiting (locks, sockets: idle, or blocked on the JVM or another thread)",
+     ("~:<method 'acquire' of '_thread", "~:<method 'recv", "~:<method 'readinto",
+      "~:<built-in method select", "~:<method 'poll'", "~:<built-in method time.sleep",
+      "threading.py:wait", "socket.py:readinto")),
+    ("SDF read machinery (textio, range trackers, SDF wrappers)",
+     ("textio.py:", "iobase.py:", "sdf_utils.py:", "range_trackers.py:", "restriction_trackers.py:",
+      "filebasedsource.py:", "filesystem.py:", "filesystems.py:", "localfilesystem.py:",
+      "concat_source.py:", "parquetio.py:")),
+    ("bundle-processor set-up (per task)",
+     ("inspect.py:", "userstate.py:", "decorators.py:", "typehints.py:", "pickler.py:",
+      "dill_pickler.py:", "cloudpickle_pickler.py:", "cloudpickle.py:", "pickle.py:", "dill",
+      "bundle_processor.py:__init__", "bundle_processor.py:create_operation",
+      "bundle_processor.py:topological_height", "sdk_worker.py:", "statecache.py:",
+      "worker_handlers.py:", "data_plane.py:", "operation_specs.py:", "enum.py:", "copyreg.py:",
+      "~:<built-in method _pickle.loads>", "~:<built-in method marshal.loads>",
+      "monitoring_infos.py:", "metricbase.py:", "execution.py:", "~:<built-in method builtins.__build_class__>")),
+    ("Beam per-element operations (operations, DoFn invocation, windowing)",
+     ("bundle_processor.py:", "common.py:", "operations.py:", "core.py:", "combiners.py:", "window.py:",
+      "windowed_value.py:", "timestamp.py:", "trigger.py:", "sideinputs.py:", "combinefn_lifecycle.py:",
+      "util.py:", "cells.py:")),
+    ("element encode/decode (Beam coders)", ("coder_impl.py:", "coders.py:", "row_coder.py:")),
+    ("beam_ext task loop, shuffle packing and grouping",
+     ("_shuffle.py:", "_task.py:", "_batch.py:", "_key_hash.py:", "_memory.py:", "_side_inputs.py:",
+      "_group_spill.py:")),
+    ("beam_ext transforms (native stages)", ("_sliding.py:", "_vectorised.py:", "_plan.py:", "numeric.py:",
+                                             "fromnumeric.py:")),
+    ("PySpark transfer to/from the JVM (serializers, worker loop)",
+     ("serializers.py:", "worker.py:", "rdd.py:", "shuffle.py:", "daemon.py:", "accumulators.py:",
+      "profiler.py:", "worker_util.py:")),
+    ("user code (the pipeline's functions)", ("runner_throughput.py:", "payments_features.py:",
+                                              "runner_profile.py:")),
+    (_BUILTINS := "built-ins (str.split, list and dict operations, ...)", ("~:",)),
+]
+
+
+def _category(filename: str, func: str) -> str:
+    where = f"{filename}:{func}"
+    for name, tests in _CATEGORIES:
+        if any(t in where for t in tests):
+            return name
+    return "other"
+
+
+def worker_profile(profile_dir: str) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """Exclusive seconds per category, summed over every worker profile, and
+    the largest entries among built-ins and "other"."""
+    totals: dict[str, float] = {}
+    other: dict[str, float] = {}
+    for path in glob.glob(os.path.join(profile_dir, "*.pstats")):
+        stats = pstats.Stats(path).stats  # type: ignore[attr-defined]
+        for (filename, line, func), (_, _, tottime, _, _) in stats.items():
+            category = _category(filename, func)
+            totals[category] = totals.get(category, 0.0) + tottime
+            if category in ("other", _BUILTINS):
+                where = f"{os.path.basename(filename)}:{line}({func})"
+                other[where] = other.get(where, 0.0) + tottime
+    return totals, sorted(other.items(), key=lambda kv: -kv[1])[:6]
+
+
+def spark_jobs(ui: str, since: int) -> list[dict]:
+    """Spark jobs after job id ``since``, with their stages' task-time metrics."""
+    def get(path: str):
+        with urllib.request.urlopen(f"{ui}/api/v1/{path}", timeout=30) as r:
+            return json.load(r)
+    app = get("applications")[0]["id"]
+    stages = {s["stageId"]: s for s in get(f"applications/{app}/stages")}
+    jobs = []
+    for job in sorted(get(f"applications/{app}/jobs"), key=lambda j: j["jobId"]):
+        if job["jobId"] <= since:
+            continue
+        parts = [stages[i] for i in job["stageIds"] if i in stages and stages[i]["status"] == "COMPLETE"]
+        jobs.append(dict(
+            id=job["jobId"], description=job.get("description") or job["name"],
+            seconds=_seconds(job), tasks=sum(s["numCompleteTasks"] for s in parts),
+            run=sum(s["executorRunTime"] for s in parts) / 1e3,
+            deserialize=sum(s["executorDeserializeTime"] for s in parts) / 1e3,
+            shuffle_write_mb=sum(s["shuffleWriteBytes"] for s in parts) / 1e6,
+            shuffle_write_s=sum(s["shuffleWriteTime"] for s in parts) / 1e9,
+            shuffle_read_mb=sum(s["shuffleReadBytes"] for s in parts) / 1e6,
+            stages=len(parts)))
+    return jobs
+
+
+def _seconds(job: dict) -> float:
+    from datetime import datetime
+
+    fmt = "%Y-%m-%dT%H:%M:%S.%f%Z"
+    start = datetime.strptime(job["submissionTime"].replace("GMT", "UTC"), fmt)
+    end = datetime.strptime(job["completionTime"].replace("GMT", "UTC"), fmt)
+    return (end - start).total_seconds()
+
+
+def _last_job(sc) -> int:
+    ids = sc.statusTracker().getJobIdsForGroup()
+    return max(ids) if ids else -1
+
+
+def profile(name: str, build, spark, out: dict) -> None:
+    from beam_ext.runner import SparkRunner
+
+    sc = spark.sparkContext
+
+    def run() -> float:
+        start = time.perf_counter()
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            build(p)
+        return time.perf_counter() - start
+
+    run()  # warm: Python workers started, Beam imported in them
+    sc.profiler_collector.profilers = []  # only the measured run's profiles
+    before = _last_job(sc)
+    wall = run()
+    jobs = spark_jobs(sc.uiWebUrl, before)
+    profile_dir = tempfile.mkdtemp(prefix="beam_ext_profile_")
+    try:
+        sc.dump_profiles(profile_dir)
+        categories, other = worker_profile(profile_dir)
+    finally:
+        shutil.rmtree(profile_dir, ignore_errors=True)
+    out[name] = dict(wall=wall, jobs=jobs, categories=categories, other=other)
+    total = sum(categories.values())
+    print(f"\n== {name}: {wall:.2f} s with the profiler, {len(jobs)} Spark jobs", flush=True)
+    for job in jobs:
+        print(f"  job {job['id']}: {job['seconds']:.2f} s, {job['stages']} stages, {job['tasks']} tasks, "
+              f"task run {job['run']:.2f} s, shuffle write {job['shuffle_write_mb']:.1f} MB "
+              f"- {job['description'][:80]}", flush=True)
+    for category, seconds in sorted(categories.items(), key=lambda kv: -kv[1]):
+        print(f"  {100 * seconds / total:5.1f}%  {seconds:7.2f} s  {category}", flush=True)
+
+
+def unprofiled_walls(quick: bool) -> dict[str, float]:
+    """Median wall of 3 runs of each pipeline on a session without the profiler, in a subprocess."""
+    import subprocess
+
+    code = f"import json, runner_profile as rp; print(json.dumps(rp._walls({quick!r})))"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          cwd=tempfile.gettempdir())
+    if done.returncode:
+        print(done.stderr[-3000:], file=sys.stderr)
+        return {}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
+    import payments_features
+
+    words = os.path.join(tmp, "words.txt")
+    n = 20_000 if quick else 2_000_000
+    make_text(words, n)
+    pairs = n
+    payments = payments_features.generate_payments(500 if quick else 5_000)
+    out_dir = os.path.join(tmp, "features")
+    return [
+        (f"wordcount, {n:,} words", lambda p: beam_wordcount(p, words)),
+        (f"GroupByKey, {pairs:,} pairs, {pairs // 2:,} keys", lambda p: beam_gbk(p, pairs, pairs // 2)),
+        (f"per-key mean with a side-input dict, {n:,} words", lambda p: beam_side_mean(p, words)),
+        (f"demo pipeline, {len(payments):,} payments",
+         lambda p: payments_features.build(p, payments, out_dir)),
+    ]
+
+
+def _session(profile_workers: bool):
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master("local[2]").appName("runner-profile")
+               .config("spark.ui.showConsoleProgress", "false"))
+    if profile_workers:
+        # A dump directory keeps PySpark from printing every profile at exit.
+        builder = (builder.config("spark.python.profile", "true")
+                   .config("spark.python.profile.dump", tempfile.mkdtemp(prefix="beam_ext_profile_")))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _walls(quick: bool) -> dict[str, float]:
+    from beam_ext.runner import SparkRunner
+
+    spark = _session(False)
+    tmp = tempfile.mkdtemp(prefix="beam_ext_profile_")
+    walls = {}
+    try:
+        for name, build in _cases(quick, tmp):
+            times = []
+            for _ in range(4):
+                start = time.perf_counter()
+                with beam.Pipeline(runner=SparkRunner()) as p:
+                    build(p)
+                times.append(time.perf_counter() - start)
+            walls[name] = sorted(times[1:])[1]  # the first run warms the session
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        spark.stop()
+    return walls
+
+
+def write_report(results: dict, walls: dict[str, float], out_dir: str, quick: bool) -> None:
+    lines = [
+        "# Where SparkRunner's time goes",
+        "",
+        "Reproduce: `python benchmarks/runner_profile.py`" + (" --quick (smoke run)" if quick else ""),
+        "",
+        "Machine: 2 cores, Spark local[2], a warm session (Python workers started and Beam imported in "
+        "them by a first run). Each pipeline then runs once with `spark.python.profile=true`: cProfile in "
+        "every Python worker, merged. Spark's REST API gives the Spark jobs. The profiler slows Python "
+        "code, so read the shares; \"wall\" is the median of 3 runs without it, in another process.",
+        "",
+    ]
+    for name, r in results.items():
+        total = sum(r["categories"].values()) or 1.0
+        lines += [f"## {name}", "",
+                  f"Wall without the profiler: {walls.get(name, float('nan')):.2f} s; with it: "
+                  f"{r['wall']:.2f} s. Spark jobs: {len(r['jobs'])}.", "",
+                  "| Spark job | seconds | Spark stages | tasks | task run s | task deserialize s | "
+                  "shuffle write MB | shuffle write s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for j in r["jobs"]:
+            lines.append(f"| {j['description'][:70]} | {j['seconds']:.2f} | {j['stages']} | {j['tasks']} | "
+                         f"{j['run']:.2f} | {j['deserialize']:.2f} | {j['shuffle_write_mb']:.1f} | "
+                         f"{j['shuffle_write_s']:.2f} |")
+        lines += ["", "| Python worker time, by what the code does | share | profiled s |", "|---|---:|---:|"]
+        for category, seconds in sorted(r["categories"].items(), key=lambda kv: -kv[1]):
+            lines.append(f"| {category} | {100 * seconds / total:.1f}% | {seconds:.2f} |")
+        if r["other"]:
+            lines += ["", "Largest built-in and uncategorised entries: " + ", ".join(
+                f"`{where}` {seconds:.2f} s" for where, seconds in r["other"])]
+        lines.append("")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "runner_profile.md"), "w") as f:
+        f.write("\n".join(lines))
+    with open(os.path.join(out_dir, "runner_profile.json"), "w") as f:
+        json.dump(dict(results=results, walls=walls), f, indent=1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks"))
+    args = parser.parse_args()
+    walls = unprofiled_walls(args.quick)
+    spark = _session(True)
+    tmp = tempfile.mkdtemp(prefix="beam_ext_profile_")
+    results: dict = {}
+    try:
+        for name, build in _cases(args.quick, tmp):
+            profile(name, build, spark, results)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        spark.stop()
+    write_report(results, walls, args.out, args.quick)
+
+
+if __name__ == "__main__":
+    main()
