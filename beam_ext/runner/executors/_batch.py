@@ -232,13 +232,18 @@ class BatchExecutor:
     def _side_inputs(self, stage: PlannedStage):
         if not stage.side_inputs:
             return None
+        # One Spark job collects every side input of the stage. It computes
+        # the stages chained so far that they need; a failure names their
+        # steps too.
+        tagged = [_tag(i, self._read(spec.buffer)) for i, spec in enumerate(stage.side_inputs)]
+        with self._action(stage):
+            collected = (tagged[0] if len(tagged) == 1 else self._sc.union(tagged)).collect()
+        chunks: list[list[bytes]] = [[] for _ in stage.side_inputs]
+        for index, chunk in collected:
+            chunks[index].append(chunk)
         state: dict[bytes, bytes] = {}
-        for spec in stage.side_inputs:
-            # Collecting computes the stages chained so far that the side
-            # input needs; a failure names their steps too.
-            with self._action(stage):
-                chunks = self._read(spec.buffer).collect()
-            state.update(side_input_state(spec, chunks))
+        for spec, spec_chunks in zip(stage.side_inputs, chunks):
+            state.update(side_input_state(spec, spec_chunks))
         broadcast = self._sc.broadcast(SideInputState.sealed(state))
         self._broadcasts.append(broadcast)
         return broadcast
