@@ -4,6 +4,8 @@ from __future__ import annotations
 import collections
 import os
 import random
+import subprocess
+import sys
 
 import apache_beam as beam
 import pytest
@@ -212,3 +214,21 @@ def test_pipeline_under_a_tiny_budget_spills_and_gives_the_right_groups():
     for step in ("Group", "GroupWindowed"):
         assert counters[(step, "group_spilled_runs")] > 2
         assert counters[(step, "group_spilled_bytes")] > 65536
+
+
+def _run_memory_job(group_memory: int) -> subprocess.CompletedProcess:
+    # 200 MB of values in one Python worker capped at 760 MB of address space,
+    # about 680 MB of which the worker takes with Beam loaded and the runs on disk.
+    job = os.path.join(os.path.dirname(__file__), "group_memory_job.py")
+    return subprocess.run([sys.executable, job, "--pyspark_memory=760m", f"--spark_group_memory={group_memory}",
+                           "--elements=20000"], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_groups_beyond_the_python_workers_memory_limit_spill_instead_of_failing():
+    done = _run_memory_job(16 << 20)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "OK 200 204800000"
+    held = _run_memory_job(1 << 40)
+    assert held.returncode == 1, held.stdout + held.stderr[-3000:]
+    assert held.stdout.startswith("FAILED PipelineError") and "MemoryError" in held.stderr
