@@ -25,7 +25,8 @@ def test_spark_conf_entries_are_parsed_and_bad_ones_named():
 
 @pytest.mark.parametrize("flag", [
     "--spark_parallelism=0", "--spark_parallelism=-3", "--spark_bundle_size=0",
-    "--spark_bundle_size=-1", "--spark_state_memory=0", "--spark_state_memory=-5"])
+    "--spark_bundle_size=-1", "--spark_state_memory=0", "--spark_state_memory=-5",
+    "--spark_group_memory=0"])
 def test_out_of_range_options_are_rejected_naming_the_flag(spark, flag):
     name, value = flag.split("=")
     with pytest.raises(ValueError, match=f"^{name} must be a positive integer, got {value}$"):

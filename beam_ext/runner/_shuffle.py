@@ -9,11 +9,11 @@ windowing semantics (the same trigger driver Beam's own runners use in batch).
 
 Global windowing with the default trigger, the common case, never decodes a
 value: the payload is the value's nested encoding and the output element is
-assembled from bytes.
+assembled from bytes. Groups that outgrow the task's memory budget spill to
+disk as sorted runs (:mod:`._group_spill`).
 """
 from __future__ import annotations
 
-import collections
 import struct
 from typing import Any, Iterable, Iterator
 
@@ -24,6 +24,7 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
 
 from beam_ext._key_hash import key_hash
+from beam_ext.runner._group_spill import ExternalGrouping, Group, SpillStats
 
 _CHUNK_BYTES = 4 << 20
 
@@ -110,52 +111,65 @@ def unpack(blobs: Iterable[bytes]) -> Iterator[tuple[bytes, bytes]]:
 
 
 class GroupReader:
-    """Groups one shuffled partition by key and window; yields encoded chunks."""
+    """Groups one shuffled partition by key and window; yields encoded chunks.
+
+    Keys and values stay encoded while grouping, within ``memory_bytes``
+    (sorted runs spill to disk past it, see :mod:`._group_spill`); values
+    are decoded one key at a time, only where the trigger driver needs them.
+    """
 
     def __init__(self, pre_coder: coders.WindowedValueCoder,
-                 post_coder: coders.WindowedValueCoder, windowing: Any, trivial: bool) -> None:
+                 post_coder: coders.WindowedValueCoder, windowing: Any, trivial: bool,
+                 step: str = "", memory_bytes: int = 256 << 20) -> None:
         self._pre = pre_coder
         self._post = post_coder
         self._windowing = windowing
         self._trivial = trivial
+        self.step = step
+        self._memory_bytes = memory_bytes
 
-    def read(self, blobs: Iterable[bytes]) -> Iterator[bytes]:
-        pairs = unpack(blobs)
-        table: dict[bytes, list] = collections.defaultdict(list)
-        if self._trivial:
-            for key, value in pairs:
-                table[key].append(value)
-            yield from self._assemble_global(table)
-        else:
-            impl = self._pre.get_impl()
-            for key, element in pairs:
-                wv = impl.decode_nested(element)
-                table[key].append(wv.with_value(wv.value[1]))
-            yield from self._trigger_groups(table)
+    def read(self, blobs: Iterable[bytes], stats: SpillStats | None = None) -> Iterator[bytes]:
+        """The grouped elements of ``blobs``; ``stats`` counts what spilled."""
+        grouping = ExternalGrouping(self._memory_bytes, stats)
+        try:
+            grouping.add_all(unpack(blobs))
+            if self._trivial:
+                yield from self._assemble_global(grouping.groups())
+            else:
+                yield from self._trigger_groups(grouping.groups())
+        finally:
+            grouping.close()
 
     @staticmethod
-    def _assemble_global(table: dict[bytes, list[bytes]]) -> Iterator[bytes]:
+    def _assemble_global(groups: Iterable[Group]) -> Iterator[bytes]:
         header = _on_time_global_header()
         pack = struct.Struct(">i").pack
         parts: list[bytes] = []
         size = 0
-        for key, values in table.items():
-            parts += (header, key, pack(len(values)))
-            parts += values
-            size += len(key) + sum(map(len, values))
+        for key, count, pieces in groups:
+            parts += (header, key, pack(count))
+            parts += pieces
+            size += len(key) + sum(map(len, pieces))
             if size >= _CHUNK_BYTES:
                 yield b"".join(parts)
                 parts, size = [], 0
         if parts:
             yield b"".join(parts)
 
-    def _trigger_groups(self, table: dict[bytes, list]) -> Iterator[bytes]:
+    def _trigger_groups(self, groups: Iterable[Group]) -> Iterator[bytes]:
         driver = trigger.create_trigger_driver(self._windowing, True)
         key_impl = self._pre.wrapped_value_coder.key_coder().get_impl()
+        decode = self._pre.get_impl().decode_from_stream
         out_impl = self._post.get_impl()
         out = create_OutputStream()
-        for encoded_key, values in table.items():
+        for encoded_key, _, pieces in groups:
             key = key_impl.decode_nested(encoded_key)
+            values = []
+            for piece in pieces:
+                stream = create_InputStream(piece)
+                while stream.size() > 0:
+                    wv = decode(stream, True)
+                    values.append(wv.with_value(wv.value[1]))
             for grouped in driver.process_entire_key(key, values):
                 out_impl.encode_to_stream(grouped, out, True)
             if out.size() >= _CHUNK_BYTES:

@@ -6,7 +6,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 _STATE_BACKENDS = ("memory", "spill")
 _WATERMARK_MODES = ("min", "tracker")
 # Options that must be positive integers when set (None: Spark's default).
-_POSITIVE_OPTIONS = ("spark_parallelism", "spark_bundle_size", "spark_state_memory")
+_POSITIVE_OPTIONS = ("spark_parallelism", "spark_bundle_size", "spark_state_memory", "spark_group_memory")
 # Spark counts an RDD's partitions in a Java int.
 _MAX_PARTITIONS = 2**31 - 1
 
@@ -59,6 +59,13 @@ class SparkRunnerOptions(PipelineOptions):
             type=int,
             default=256 << 20,
             help="Memory budget in bytes of each task's spill store (--spark_state_backend=spill).")
+        parser.add_argument(
+            "--spark_group_memory",
+            type=int,
+            default=256 << 20,
+            help="Batch: memory budget in bytes of each GroupByKey task. Past it the task writes "
+            "its groups to Spark's local directories as sorted runs and merges them at the end, "
+            "instead of running out of memory.")
         parser.add_argument(
             "--spark_bundle_size",
             type=int,

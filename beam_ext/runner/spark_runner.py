@@ -113,7 +113,8 @@ class SparkRunner(runner.PipelineRunner):
         parallelism = spark_options.spark_parallelism or spark.sparkContext.defaultParallelism
         plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism,
                              spark_options.spark_state_backend, spark_options.spark_state_memory,
-                             is_drain=self._is_drain, streaming=streaming)
+                             is_drain=self._is_drain, streaming=streaming,
+                             group_memory_bytes=spark_options.spark_group_memory)
         for stage in plan.stages:
             if stage.spec is not None:
                 stage.spec = dataclasses.replace(stage.spec, worker_setup=worker_setup)

@@ -27,12 +27,14 @@ from apache_beam.runners.portability.fn_api_runner.translations import IMPULSE_B
 
 from beam_ext.runner import native
 from beam_ext.runner._errors import PipelineError, translate_spark_error
+from beam_ext.runner._group_spill import SpillStats
 from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, identity_partition, unpack
 from beam_ext.runner.executors._side_inputs import SideInputState, side_input_state
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
 
 _LOG = logging.getLogger("beam_ext.runner")
+_RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
 
 
 def _tag(index: int, rdd):
@@ -77,6 +79,13 @@ def _stage_task(spec, broadcast, reports, stage_name: str, partition: int, recor
             reports.add({(stage_name, partition): payload})
         else:
             yield index, payload
+
+
+def _group_task(reader: GroupReader, reports, partition: int, blobs) -> Iterator[bytes]:
+    stats = SpillStats()
+    yield from reader.read(blobs, stats)
+    if stats.runs:
+        reports.add({(reader.step, partition): (stats.runs, stats.bytes)})
 
 
 def _drain(records) -> None:
@@ -127,6 +136,8 @@ class BatchExecutor:
         self._broadcasts: list = []
         self.monitoring: dict[str, list] = {}
         self._reports = self._sc.accumulator({}, _LatestReport())
+        # (GroupByKey step, partition) -> (runs, bytes) spilled by the task that grouped it.
+        self._group_spills = self._sc.accumulator({}, _LatestReport())
         self._readers = _count_readers(plan)
         self._unread: list = []  # stage outputs nobody reads: the final job computes them
         self._chained: list[PlannedStage] = []  # stages computed by the next Spark action
@@ -173,6 +184,8 @@ class BatchExecutor:
                                    if total else None)
         self._compute_unread()
         _LOG.info("%d stages done in %.2fs", total, time.monotonic() - start)
+        for step, (runs, size) in self._spills_by_step().items():
+            _LOG.info("GroupByKey %s: spilled %d runs, %.1f MB (--spark_group_memory)", step, runs, size / 1e6)
 
     def _run_stage_by_stage(self) -> None:
         self._readers = {}  # nothing shared: every stage is persisted and computed on its own
@@ -202,7 +215,8 @@ class BatchExecutor:
             blobs = parts[0] if len(parts) == 1 else self._sc.union(parts)
             reader = GroupReader(**vars(self._plan.groups[buffer_id]))
             self._grouped[buffer_id] = blobs.partitionBy(
-                self._parallelism, identity_partition).values().mapPartitions(reader.read)
+                self._parallelism, identity_partition).values().mapPartitionsWithIndex(
+                    functools.partial(_group_task, reader, self._group_spills))
         return self._grouped[buffer_id]
 
     def _write(self, buffer_id: bytes, rdd) -> None:
@@ -291,6 +305,17 @@ class BatchExecutor:
                 beam_fn_api_pb2.ProcessBundleResponse.FromString(s).monitoring_infos
                 for s in serialized)
             self.monitoring[stage_name] = list(monitoring_infos.consolidate(infos))
+        for step, (runs, size) in self._spills_by_step().items():
+            self.monitoring[f"group {step}"] = [
+                monitoring_infos.int64_user_counter(_RUNNER_NAMESPACE, "group_spilled_runs", runs, ptransform=step),
+                monitoring_infos.int64_user_counter(_RUNNER_NAMESPACE, "group_spilled_bytes", size, ptransform=step)]
+
+    def _spills_by_step(self) -> dict[str, tuple[int, int]]:
+        totals: dict[str, tuple[int, int]] = {}
+        for (step, _), (runs, size) in self._group_spills.value.items():
+            old_runs, old_size = totals.get(step, (0, 0))
+            totals[step] = (old_runs + runs, old_size + size)
+        return totals
 
     def _run_native(self, stage: PlannedStage) -> None:
         from pyspark import StorageLevel

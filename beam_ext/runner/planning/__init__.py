@@ -22,7 +22,7 @@ __all__ = ["GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
 def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   partitions: int, state_backend: str = "memory",
                   state_memory_bytes: int = 256 << 20, is_drain: bool = False,
-                  streaming: bool = False) -> Plan:
+                  streaming: bool = False, group_memory_bytes: int = 256 << 20) -> Plan:
     """Plans ``proto`` (modified in place by native substitution).
 
     ``streaming``: TestStream stays a runner-executed source, and composites
@@ -38,5 +38,6 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
         is_drain=is_drain)
     planner = StagePlanner(context, native_urns, bundle_bytes, partitions)
     planner.state = (state_backend, state_memory_bytes)
+    planner.group_memory = group_memory_bytes
     planner.streaming = streaming
     return planner.plan(stages)

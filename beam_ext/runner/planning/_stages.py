@@ -33,6 +33,8 @@ class GroupSpec:
     post_coder: WindowedValueCoder
     windowing: Any
     trivial: bool  # global window, default trigger: values stay encoded
+    step: str = ""  # the GroupByKey's name, for metrics
+    memory_bytes: int = 256 << 20  # a task's budget before it spills sorted runs
 
 
 @dataclasses.dataclass
@@ -114,6 +116,7 @@ class StagePlanner:
         self._bundle_bytes = bundle_bytes
         self._groups: dict[bytes, GroupSpec] = {}
         self.state = ("memory", 256 << 20)
+        self.group_memory = 256 << 20
         self.streaming = False
 
     def _coder(self, coder_id: str, safe: bool = False):
@@ -143,7 +146,8 @@ class StagePlanner:
             self._groups[buffer_id] = GroupSpec(
                 pre_coder=self._channel_coder(in_pcoll, safe=trivial),
                 post_coder=self._channel_coder(out_pcoll, safe=trivial),
-                windowing=windowing, trivial=trivial)
+                windowing=windowing, trivial=trivial, step=gbk.unique_name,
+                memory_bytes=self.group_memory)
         return self._groups[buffer_id]
 
     def _plan_stage(self, stage: Stage) -> PlannedStage:

@@ -1,0 +1,234 @@
+"""GroupByKey beyond memory: sorted runs on disk, merged by key, give the groups memory gives."""
+from __future__ import annotations
+
+import collections
+import os
+import random
+import subprocess
+import sys
+
+import apache_beam as beam
+import pytest
+from apache_beam import coders
+from apache_beam.coders.coder_impl import create_InputStream
+from apache_beam.transforms import trigger, window
+from apache_beam.transforms.core import Windowing
+from apache_beam.utils import windowed_value
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_ext.runner._group_spill import ExternalGrouping, SpillStats
+from beam_ext.runner._shuffle import Buckets, GroupReader, ShuffleWriter
+
+_KV = coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder()])
+_GROUPED = coders.TupleCoder([coders.StrUtf8Coder(), coders.IterableCoder(coders.VarIntCoder())])
+
+
+def _reader(windowed: bool, memory_bytes: int) -> GroupReader:
+    if not windowed:
+        return GroupReader(coders.WindowedValueCoder(_KV, coders.coders.GlobalWindowCoder()),
+                           coders.WindowedValueCoder(_GROUPED, coders.coders.GlobalWindowCoder()),
+                           Windowing(window.GlobalWindows()), trivial=True, memory_bytes=memory_bytes)
+    windowing = Windowing(window.FixedWindows(10), triggerfn=trigger.AfterWatermark(early=trigger.AfterCount(3)),
+                          accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+    return GroupReader(coders.WindowedValueCoder(_KV, coders.coders.IntervalWindowCoder()),
+                       coders.WindowedValueCoder(_GROUPED, coders.coders.IntervalWindowCoder()),
+                       windowing, trivial=False, memory_bytes=memory_bytes)
+
+
+def _blobs(reader: GroupReader, elements: list[tuple[str, int, int]]) -> list[bytes]:
+    """``(key, value, timestamp)`` -> the shuffled blobs of one partition."""
+    pre = reader._pre
+    windowed = not reader._trivial
+    impl = pre.get_impl()
+    encoded = []
+    for key, value, ts in elements:
+        windows = [window.FixedWindows(10).assign(window.FixedWindows.AssignContext(ts))[0]] if windowed \
+            else [window.GlobalWindow()]
+        encoded.append(impl.encode_nested(windowed_value.WindowedValue((key, value), ts, windows)))
+    buckets = Buckets(1, blob_bytes=4096)
+    pairs = ShuffleWriter(pre, reader._trivial).split(b"".join(encoded))
+    return [blob for _, blob in [*buckets.add(pairs), *buckets.flush()]]
+
+
+def _output(reader: GroupReader, blobs: list[bytes], stats: SpillStats | None = None) -> list[bytes]:
+    """Each output element's own encoding, sorted: equal lists mean the same bytes per group."""
+    impl = reader._post.get_impl()
+    out = []
+    for chunk in reader.read(blobs, stats):
+        stream = create_InputStream(chunk)
+        while stream.size() > 0:
+            out.append(impl.encode_nested(impl.decode_from_stream(stream, True)))
+    return sorted(out)
+
+
+def _elements(seed: int, n: int, keys: int) -> list[tuple[str, int, int]]:
+    rng = random.Random(seed)
+    # One hot key takes a tenth of the elements: its values span every run.
+    return [("hot" if rng.random() < 0.1 else f"k{rng.randrange(keys)}", rng.randrange(1000), rng.randrange(60))
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("windowed", [False, True], ids=["global", "fixed+early-count"])
+def test_tiny_budget_gives_the_groups_memory_gives(windowed):
+    elements = _elements(seed=7, n=3000, keys=300)
+    in_memory, spilled = _reader(windowed, 256 << 20), _reader(windowed, 4096)
+    stats_memory, stats = SpillStats(), SpillStats()
+    expected = _output(in_memory, _blobs(in_memory, elements), stats_memory)
+    assert stats_memory == SpillStats()
+    assert _output(spilled, _blobs(spilled, elements), stats) == expected
+    assert stats.runs >= 5 and stats.bytes > 0
+    # The groups are what they should be, not only equal to each other.
+    impl = in_memory._post.get_impl()
+    hot = [impl.decode_nested(e) for e in expected if impl.decode_nested(e).value[0] == "hot"]
+    if windowed:
+        # Accumulating: each window's on-time pane holds all its values.
+        on_time = {int(wv.windows[0].start): sorted(wv.value[1]) for wv in hot
+                   if wv.pane_info.timing == windowed_value.PaneInfoTiming.ON_TIME}
+        by_window = collections.defaultdict(list)
+        for key, value, ts in elements:
+            if key == "hot":
+                by_window[ts // 10 * 10].append(value)
+        assert on_time == {start: sorted(values) for start, values in by_window.items()}
+        assert len(hot) > len(on_time)  # early panes fired too
+    else:
+        assert [sorted(wv.value[1]) for wv in hot] == [sorted(v for k, v, _ in elements if k == "hot")]
+
+
+def test_many_runs_are_merged_before_the_final_merge():
+    # More runs than the merge keeps open at once: they are merged into one first.
+    elements = _elements(seed=3, n=20000, keys=4000)
+    in_memory, spilled = _reader(False, 256 << 20), _reader(False, 1024)
+    stats = SpillStats()
+    assert _output(spilled, _blobs(spilled, elements), stats) == _output(in_memory, _blobs(in_memory, elements))
+    assert stats.runs > 64
+
+
+def test_runs_are_deleted_when_the_reader_stops_early(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    reader = _reader(False, 1024)
+    chunks = reader.read(_blobs(reader, _elements(seed=1, n=2000, keys=1000)))
+    next(chunks)
+    assert len(os.listdir(tmp_path)) == 1  # the task's run directory, under Spark's local dir
+    chunks.close()
+    assert os.listdir(tmp_path) == []
+
+
+def _dict_groups(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, tuple[int, bytes]]:
+    table: dict[bytes, list[bytes]] = collections.defaultdict(list)
+    for key, value in pairs:
+        table[key].append(value)
+    return {key: (len(values), b"".join(values)) for key, values in table.items()}
+
+
+def _grouped(grouping: ExternalGrouping) -> dict[bytes, tuple[int, bytes]]:
+    out = {}
+    for key, count, pieces in grouping.groups():
+        assert key not in out  # each key once, whatever runs its values were in
+        out[key] = (count, b"".join(pieces))
+    return out
+
+
+_PAIRS = st.lists(st.tuples(st.binary(max_size=6), st.binary(max_size=40)), max_size=400)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs=_PAIRS, budget=st.integers(1, 3000))
+def test_spilled_grouping_equals_a_dict(pairs, budget):
+    grouping = ExternalGrouping(budget)
+    try:
+        grouping.add_all(pairs)
+        grouping._check()
+        # Values keep their arrival order within a key, across runs too.
+        assert _grouped(grouping) == _dict_groups(pairs)
+    finally:
+        grouping.close()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_batches_against_a_dict(seed, tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    rng = random.Random(seed)
+    grouping = ExternalGrouping(rng.choice([1, 200, 2000, 20000]))
+    model: list[tuple[bytes, bytes]] = []
+    try:
+        for _ in range(rng.randrange(1, 40)):
+            batch = [(rng.choice([b"", b"a", b"b", b"\x00", b"\xff" * 3, bytes([rng.randrange(256)])]),
+                      rng.randbytes(rng.randrange(30))) for _ in range(rng.randrange(50))]
+            grouping.add_all(batch)
+            model += batch
+            grouping._check()
+        assert _grouped(grouping) == _dict_groups(model)
+        assert (grouping.stats.runs > 0) == bool(os.listdir(tmp_path))
+    finally:
+        grouping.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_memory_bytes_must_be_positive():
+    with pytest.raises(ValueError, match="memory_bytes must be a positive integer, got 0"):
+        ExternalGrouping(0)
+
+
+def _keyed(i: int) -> tuple[str, int]:
+    return f"k{i * 7919 % 20000}", i
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("spark")
+def test_pipeline_under_a_tiny_budget_spills_and_gives_the_right_groups():
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_ext.runner import SparkRunner
+
+    n = 50000
+    expected: dict[str, list[int]] = collections.defaultdict(list)
+    for i in range(n):
+        key, value = _keyed(i)
+        expected[key].append(value)
+    # Per key and window, the largest pane: with accumulation, the on-time pane of all the values.
+    windowed_expected = collections.Counter((key, value // 1000) for i in range(n // 5) for key, value in [_keyed(i)])
+
+    p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--spark_group_memory=65536"]))
+    pairs = p | beam.Create(range(n)) | beam.Map(_keyed)
+    grouped = (pairs | "Group" >> beam.GroupByKey()
+               | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+    assert_that(grouped, equal_to(sorted((k, sorted(v)) for k, v in expected.items())))
+    # The trigger driver is slow in Python: a fifth of the elements, in 10 windows.
+    windowed = (pairs
+                | beam.Filter(lambda kv: kv[1] < n // 5)
+                | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] / 100))
+                | beam.WindowInto(window.FixedWindows(10), trigger=trigger.AfterWatermark(early=trigger.AfterCount(2)),
+                                  accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+                | "GroupWindowed" >> beam.GroupByKey()
+                | beam.Map(lambda kv, w=beam.DoFn.WindowParam: ((kv[0], int(w.start) // 10), len(list(kv[1]))))
+                | "Rewindow" >> beam.WindowInto(window.GlobalWindows())
+                | "Largest" >> beam.CombinePerKey(max))
+    assert_that(windowed, equal_to(sorted(windowed_expected.items())), label="CheckWindowed")
+    result = p.run()
+    result.wait_until_finish()
+    counters = {(c.key.step, c.key.metric.name): c.committed
+                for c in result.metrics().query(beam.metrics.MetricsFilter().with_namespace("beam_ext.runner"))[
+                    "counters"]}
+    for step in ("Group", "GroupWindowed"):
+        assert counters[(step, "group_spilled_runs")] > 2
+        assert counters[(step, "group_spilled_bytes")] > 65536
+
+
+def _run_memory_job(group_memory: int) -> subprocess.CompletedProcess:
+    # 200 MB of values in one Python worker capped at 760 MB of address space,
+    # about 680 MB of which the worker takes with Beam loaded and the runs on disk.
+    job = os.path.join(os.path.dirname(__file__), "group_memory_job.py")
+    return subprocess.run([sys.executable, job, "--pyspark_memory=760m", f"--spark_group_memory={group_memory}",
+                           "--elements=20000"], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_groups_beyond_the_python_workers_memory_limit_spill_instead_of_failing():
+    done = _run_memory_job(16 << 20)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "OK 200 204800000"
+    held = _run_memory_job(1 << 40)
+    assert held.returncode == 1, held.stdout + held.stderr[-3000:]
+    assert held.stdout.startswith("FAILED PipelineError") and "MemoryError" in held.stderr
