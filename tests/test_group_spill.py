@@ -219,8 +219,8 @@ def test_pipeline_under_a_tiny_budget_spills_and_gives_the_right_groups():
 def _run_memory_job(group_memory: int) -> subprocess.CompletedProcess:
     # 300 MB of values in one Python worker capped at 700 MB of address space:
     # the worker with Beam loaded plus a 16 MiB budget fits, all the groups do
-    # not. A worker that imports less (SciPy is imported on use) moved the
-    # margin once: the data is sized so both sides keep ~100 MB of it.
+    # not. What the worker imports moves the line: when SciPy became an
+    # on-use import, 200 MB of groups started to fit under 760 MB.
     job = os.path.join(os.path.dirname(__file__), "group_memory_job.py")
     return subprocess.run([sys.executable, job, "--pyspark_memory=700m", f"--spark_group_memory={group_memory}",
                            "--elements=30000"], capture_output=True, text=True, timeout=300)
