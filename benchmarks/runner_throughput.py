@@ -501,7 +501,9 @@ def write_report(results: dict, out_dir: str) -> None:
                   "run, from a scratch directory with `PYTHONPATH` set to the checkout. Wall time covers the "
                   "interpreter, imports, data generation, Spark start-up on SparkRunner and the pipeline; "
                   "\"pipeline\" is the time the example prints for the pipeline alone (on SparkRunner it "
-                  "includes starting the session). Median of "
+                  "includes starting the session). SparkRunner's driver JVM maps the class archive an "
+                  "earlier start wrote (docs/runner.md, Start-up), as it does for a user from their second "
+                  "run on. Median of "
                   f"{results['args']['demo_runs']} run(s).", "",
                   "| runner | command | wall s | pipeline s |", "|---|---|---:|---:|"]
         for d in results["demo"]:
@@ -510,6 +512,9 @@ def write_report(results: dict, out_dir: str) -> None:
             else:
                 lines.append(f"| {d['runner']} | `{d['command']}` | {d['wall']:.1f} | {d['pipeline']:.1f} |")
     lines += [""] + targets(results)
+    lines += ["", "## Where the time goes", "",
+              "`benchmarks/runner_profile.py` profiles these pipelines (Spark jobs from Spark's REST API, "
+              "Python worker time by what the code does) into [runner_profile.md](runner_profile.md).", ""]
     if not results["sweep"]:
         lines += ["![throughput](runner.png)", ""]
     with open(os.path.join(out_dir, "runner.md"), "w") as f:
