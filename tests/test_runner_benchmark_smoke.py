@@ -7,12 +7,12 @@ from apache_beam.testing.util import assert_that, equal_to
 from beam_ext.runner import SparkRunner
 
 
-@pytest.mark.parametrize("case", ["wordcount", "combine", "gbk", "side_join"])
+@pytest.mark.parametrize("case", ["wordcount", "side_mean", "combine", "gbk", "side_join"])
 def test_benchmark_pipelines_agree_with_hand_written_pyspark(spark, tmp_path, case):
     sc = spark.sparkContext
     text = str(tmp_path / "words.txt")
-    bench.make_text(text, 0.02)
-    args = {"wordcount": (text,), "combine": (3200, 10), "gbk": (3200, 1000),
+    bench.make_text(text, 3000)  # words
+    args = {"wordcount": (text,), "side_mean": (text,), "combine": (3200, 10), "gbk": (3200, 1000),
             "side_join": (3200, 100)}[case]
     expected = getattr(bench, f"rdd_{case}")(sc, *args)
     with beam.Pipeline(runner=SparkRunner()) as p:
