@@ -298,11 +298,13 @@ class BatchExecutor:
             counter=lambda namespace, name: _SparkCounter(counters, (namespace, name)))
         values = self._read(stage.inputs[0]).mapPartitions(
             functools.partial(_decode_chunks, spec.input_coder))
-        result = fn(spec.payload, values, context)
-        out = result.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
-        out.persist(StorageLevel.MEMORY_AND_DISK)
-        self._persisted.append(out)
+        # Inside the action: an implementation may run Spark jobs itself (a
+        # write finalizes its files on the driver); their errors name the step too.
         with self._action(stage):
+            result = fn(spec.payload, values, context)
+            out = result.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
+            out.persist(StorageLevel.MEMORY_AND_DISK)
+            self._persisted.append(out)
             out.count()
         self.monitoring[stage.name] = [
             monitoring_infos.int64_user_counter(namespace, name, value, ptransform=spec.step_name)
