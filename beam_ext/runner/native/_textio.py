@@ -183,7 +183,8 @@ def _write_shard(sink: Any, temp_dir: str, index: int, wvs: Iterator[WindowedVal
     # picks the same codec from the suffix.
     suffix = "." + os.path.basename(sink.file_path_prefix.get()) + sink.file_name_suffix.get()
     path = FileSystems.join(temp_dir, f"shard-{index:05d}") + suffix
-    attempt = f"{path}.attempt-{TaskContext.get().attemptNumber()}-{uuid.uuid4().hex}"
+    attempt = FileSystems.join(
+        temp_dir, f"shard-{index:05d}-attempt-{TaskContext.get().attemptNumber()}-{uuid.uuid4().hex}") + suffix
     handle = sink.open(attempt)
     try:
         # Beam's WriteImpl rewindows into the global window first: an
