@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 
 from beam_ext.runner import SparkRunner
 from beam_ext.runner.native import NativeContext
-from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, ReadConfig, read_text_on_spark
+from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, ReadConfig, read_lines
 
 NATIVE_READ = f"runs Spark-natively ({READ_TEXT_URN})"
 NATIVE_WRITE = f"runs Spark-natively ({WRITE_TEXT_URN})"
@@ -60,13 +60,11 @@ def _beam_lines(pattern: str, **kwargs) -> list:
 
 
 def _spark_read(spark, pattern: str, skip: int = 0, compression=CompressionTypes.AUTO,
-                coder=None) -> list:
+                coder=None, min_split: int = 1 << 20) -> list:
     """The native read called directly, windows and timestamps checked."""
-    from apache_beam.internal import pickler
-
     config = ReadConfig(pattern, compression, coder or coders.StrUtf8Coder(), skip)
     ctx = NativeContext(spark=spark, parallelism=2, step_name="Read", counter=None)
-    values = read_text_on_spark(pickler.dumps(config), None, ctx).collect()
+    values = read_lines(config, ctx, min_split).collect()
     assert all(wv.timestamp == MIN_TIMESTAMP and wv.windows == (GlobalWindow(),) for wv in values)
     return [wv.value for wv in values]
 
@@ -80,6 +78,8 @@ def test_tricky_files_read_as_beam_reads_them(spark, tmp_path, caplog):
         with beam.Pipeline(runner=SparkRunner()) as p:
             assert_that(p | beam.io.ReadFromText(pattern), equal_to(expected))
     assert NATIVE_READ in caplog.text
+    # Ranges of two bytes: every line boundary case falls on a range boundary somewhere.
+    assert sorted(_spark_read(spark, pattern, min_split=2)) == sorted(expected)
 
 
 @pytest.mark.parametrize("skip", [1, 2])
@@ -97,7 +97,7 @@ def test_explicit_compression_and_other_coders(spark, tmp_path):
     assert sorted(_spark_read(spark, pattern, compression=CompressionTypes.GZIP)) == ["1", "2", "3"]
     _write_files(tmp_path, {"raw.txt": b"\xff\xfe\r\nz\r\r\n"})
     raw = str(tmp_path / "raw.txt")
-    assert sorted(_spark_read(spark, raw, coder=coders.BytesCoder())) == sorted(
+    assert sorted(_spark_read(spark, raw, coder=coders.BytesCoder(), min_split=2)) == sorted(
         _beam_lines(raw, coder=coders.BytesCoder())) == [b"\xff\xfe", b"z\r"][::-1]
 
 
@@ -115,23 +115,14 @@ _PIECES = st.sampled_from([b"a", b"bc", b" ", b"\n", b"\r", b"\r\n", "\u00e9".en
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(contents=st.lists(st.lists(_PIECES, max_size=30).map(b"".join), min_size=1, max_size=3),
-       skip=st.sampled_from([0, 0, 1]))
-def test_random_files_read_as_beam_reads_them(spark, tmp_path_factory, contents, skip):
+       skip=st.sampled_from([0, 0, 1]), split=st.integers(1, 9))
+def test_random_files_read_as_beam_reads_them(spark, tmp_path_factory, contents, skip, split):
     directory = tmp_path_factory.mktemp("random")
     _write_files(directory, {f"f{i}.txt": data for i, data in enumerate(contents)})
     _write_files(directory, {"z.txt.gz": gzip.compress(contents[0])})
     pattern = str(directory / "*")
-    # Tiny splits: Spark's reader cuts files into pieces of a few bytes, so
-    # lines cross split boundaries.
-    conf = {"spark.sql.files.maxPartitionBytes": "7", "spark.sql.files.openCostInBytes": "1"}
-    previous = {key: spark.conf.get(key) for key in conf}
-    try:
-        for key, value in conf.items():
-            spark.conf.set(key, value)
-        got = _spark_read(spark, pattern, skip=skip)
-    finally:
-        for key, value in previous.items():
-            spark.conf.set(key, value)
+    # Ranges of a few bytes: lines cross range boundaries.
+    got = _spark_read(spark, pattern, skip=skip, min_split=split)
     assert sorted(got) == sorted(_beam_lines(pattern, skip_header_lines=skip))
 
 

@@ -1,17 +1,17 @@
 """ReadFromText and WriteToText on Spark, with Beam's results, file for file.
 
 Reading: the pattern is matched on the driver with Beam's ``FileSystems``
-(same files, same order, empty files skipped). Plain local files go through
-Spark's text reader with ``lineSep='\\n'``; Beam ends a record at ``\\n`` and
-drops a ``\\r`` just before it, never at a lone ``\\r``, so each line keeps
-its bytes (the column is cast to binary) and loses one trailing ``\\r`` in
-Python, and the source's coder decodes it as Beam's would (invalid UTF-8
-raises, as it does on Beam). Spark's reader cannot tell whether a file's
-last line ended with a newline, which matters only when that line ends with
-``\\r``; such files, compressed files, files a Hadoop codec would
-decompress, files with ``skip_header_lines`` and non-local files are read
-whole by one Spark task each, through Beam's ``FileSystems.open`` with the
-source's compression, split on ``\\n`` in chunks.
+(same files, empty files skipped). Uncompressed files are cut into byte
+ranges, one Spark task each; a task reads the records that start in its
+range, as Beam's splits do, with buffered ``readline``: a record ends at
+``\n`` and loses a ``\r`` just before it, never ends at a lone ``\r``, and
+a last line without newline keeps its bytes. Compressed files (and every
+file when ``skip_header_lines`` is set) are read whole by one task each,
+through ``FileSystems.open`` with the source's compression. The source's
+coder decodes each record as Beam's does (invalid UTF-8 raises). Spark's
+own text reader is not used: it cannot tell whether a file's last line
+ended with a newline, and its rows cost more to hand to Python than these
+reads (measured in docs/runner.md).
 
 Writing: each partition is one shard, written by a Spark task with the
 sink's own ``open``/``close`` (header, footer, compression by suffix) into
@@ -40,7 +40,7 @@ READ_TEXT_URN = "beam_ext:textio:read_from_text:v1"
 WRITE_TEXT_URN = "beam_ext:textio:write_to_text:v1"
 
 _CHUNK = 1 << 20
-_HADOOP_GLOB_CHARS = frozenset("*?[]{}\\")
+_MIN_SPLIT = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,65 +94,62 @@ def _decoded(pattern: str, coder: Any, records: Iterable[bytes]) -> Iterator[Win
         yield WindowedValue(value, MIN_TIMESTAMP, windows)
 
 
-def _spark_lines(rows: Iterable[Any]) -> Iterator[bytes]:
-    for (line,) in rows:
-        yield line[:-1] if line.endswith(b"\r") else line
+def _range_records(path: str, start: int, end: int) -> Iterator[bytes]:
+    """Beam's records of an uncompressed file that start in ``[start, end)``."""
+    with FileSystems.open(path, "application/octet-stream",
+                          compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        position = 0
+        if start > 0:
+            # A record starts at 0 or just after a \n: skip the one under way.
+            f.seek(start - 1)
+            position = start - 1 + len(f.readline())
+        while position < end:
+            line = f.readline()
+            if not line:
+                return
+            position += len(line)
+            if line.endswith(b"\n"):
+                line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+            yield line
 
 
-def _local_path(path: str) -> str | None:
-    """``path`` as an absolute local path, or None when it is not a local file."""
-    if "://" in path and not path.startswith("file://"):
-        return None
-    return os.path.abspath(path.removeprefix("file://"))
-
-
-def _spark_readable(sc: Any, path: str, local: str | None, compression_type: str, skip: int) -> bool:
-    """Whether Spark's text reader gives exactly Beam's records of this file."""
-    if local is None or skip or _HADOOP_GLOB_CHARS & set(local) or os.path.basename(local)[:1] in "._":
-        return False
-    if compression_type == CompressionTypes.AUTO:
-        compression_type = CompressionTypes.detect_compression_type(path)
-    if compression_type != CompressionTypes.UNCOMPRESSED:
-        return False
-    jvm = sc._jvm
-    codecs = jvm.org.apache.hadoop.io.compress.CompressionCodecFactory(sc._jsc.hadoopConfiguration())
-    if codecs.getCodec(jvm.org.apache.hadoop.fs.Path("file://" + local)) is not None:
-        return False
-    with open(local, "rb") as f:
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) != b"\r"
+def _read_part(part: tuple, compression_type: str, skip: int) -> Iterator[bytes]:
+    path, start, end = part
+    if end is None:
+        return _file_records(path, compression_type, skip)
+    return _range_records(path, start, end)
 
 
 def read_text_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     """SparkRunner's ReadFromText: an RDD of the lines, global window, MIN timestamp."""
     from apache_beam.internal import pickler
-    from pyspark.sql import functions as F
 
-    config: ReadConfig = pickler.loads(payload)
+    return read_lines(pickler.loads(payload), ctx)
+
+
+def read_lines(config: ReadConfig, ctx: Any, min_split: int = _MIN_SPLIT) -> Any:
+    """The records of ``config``'s files, ranges of at least ``min_split`` bytes per task."""
     sc = ctx.spark.sparkContext
     [match] = FileSystems.match([config.pattern])
-    spark_files, task_files = [], []
-    for metadata in match.metadata_list:
-        if metadata.size_in_bytes == 0:
-            continue  # as Beam: an empty file has no records, compressed or not
-        local = _local_path(metadata.path)
-        if _spark_readable(sc, metadata.path, local, config.compression_type, config.skip_header_lines):
-            spark_files.append("file://" + local)
-        else:
-            task_files.append(metadata.path)
+    files = [(m.path, m.size_in_bytes) for m in match.metadata_list
+             if m.size_in_bytes > 0]  # as Beam: an empty file has no records, compressed or not
+    total = sum(size for _, size in files)
+    split = max(min_split, -(-total // max(ctx.parallelism, 1)))
     parts = []
-    if spark_files:
-        rows = (ctx.spark.read.option("lineSep", "\n").text(spark_files)
-                .select(F.col("value").cast("binary")).rdd)
-        parts.append(rows.mapPartitions(_spark_lines))
-    if task_files:
-        read = functools.partial(_file_records, compression_type=config.compression_type,
-                                 skip=config.skip_header_lines)
-        parts.append(sc.parallelize(task_files, len(task_files)).flatMap(read))
+    for path, size in files:
+        compression = config.compression_type
+        if compression == CompressionTypes.AUTO:
+            compression = CompressionTypes.detect_compression_type(path)
+        if compression != CompressionTypes.UNCOMPRESSED or config.skip_header_lines:
+            parts.append((path, 0, None))  # read whole, in one task
+        else:
+            parts += [(path, start, min(start + split, size)) for start in range(0, size, split)]
     if not parts:
         return sc.parallelize([], 1)
-    lines = parts[0] if len(parts) == 1 else sc.union(parts)
-    return lines.mapPartitions(functools.partial(_decoded, config.pattern, config.coder))
+    read = functools.partial(_read_part, compression_type=config.compression_type,
+                             skip=config.skip_header_lines)
+    return sc.parallelize(parts, len(parts)).flatMap(read).mapPartitions(
+        functools.partial(_decoded, config.pattern, config.coder))
 
 
 # -- writing ---------------------------------------------------------------
