@@ -141,6 +141,7 @@ class BatchExecutor:
         self._readers = _count_readers(plan)
         self._unread: list = []  # stage outputs nobody reads: the final job computes them
         self._chained: list[PlannedStage] = []  # stages computed by the next Spark action
+        self._native_counters: list[tuple[str, str, Any]] = []  # (stage, step, accumulator)
 
     def run(self) -> None:
         try:
@@ -309,6 +310,10 @@ class BatchExecutor:
             self.monitoring[f"group {step}"] = [
                 monitoring_infos.int64_user_counter(_RUNNER_NAMESPACE, "group_spilled_runs", runs, ptransform=step),
                 monitoring_infos.int64_user_counter(_RUNNER_NAMESPACE, "group_spilled_bytes", size, ptransform=step)]
+        for stage_name, step_name, counters in self._native_counters:
+            self.monitoring[stage_name] = [
+                monitoring_infos.int64_user_counter(namespace, name, value, ptransform=step_name)
+                for (namespace, name), value in counters.value.items()]
 
     def _spills_by_step(self) -> dict[str, tuple[int, int]]:
         totals: dict[str, tuple[int, int]] = {}
@@ -328,15 +333,21 @@ class BatchExecutor:
             counter=lambda namespace, name: _SparkCounter(counters, (namespace, name)))
         values = self._read(stage.inputs[0]).mapPartitions(
             functools.partial(_decode_chunks, spec.input_coder))
-        result = fn(spec.payload, values, context)
-        out = result.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
-        out.persist(StorageLevel.MEMORY_AND_DISK)
-        self._persisted.append(out)
+        self._native_counters.append((stage.name, spec.step_name, counters))
+        readers = sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs)
+        # Inside the action: an implementation may run Spark jobs itself (a
+        # write finalizes its files on the driver); their errors name the step too.
         with self._action(stage):
-            out.count()
-        self.monitoring[stage.name] = [
-            monitoring_infos.int64_user_counter(namespace, name, value, ptransform=spec.step_name)
-            for (namespace, name), value in counters.value.items()]
+            out = fn(spec.payload, values, context).mapPartitions(
+                functools.partial(_encode_partition, spec.output_coder))
+            if stage.inputs == [IMPULSE_BUFFER] and readers == 1:
+                # A source read by one stage: that stage's tasks read it in
+                # the same pass, as they would a fused Beam read.
+                self._chained.append(stage)
+            else:
+                out.persist(StorageLevel.MEMORY_AND_DISK)
+                self._persisted.append(out)
+                out.count()
         for buffer_id in stage.outputs:
             self._write(buffer_id, out)
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Protocol
 
 from beam_ext.runner.native._lateness import late_panes_on_spark
 from beam_ext.runner.native._sliding import sliding_on_spark
+from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, read_text_on_spark, write_text_on_spark
 from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_ANNOTATION
 from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_URN
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
@@ -54,6 +55,8 @@ NativeFn = Callable[[bytes, Any, NativeContext], Any]
 TRANSLATIONS: dict[str, NativeFn] = {
     SLIDING_URN: sliding_on_spark,
     LATE_WINDOWED_GBK_URN: late_panes_on_spark,
+    READ_TEXT_URN: read_text_on_spark,
+    WRITE_TEXT_URN: write_text_on_spark,
 }
 
 #: Implementations that group each element by its own windows. That equals

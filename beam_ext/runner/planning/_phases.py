@@ -157,16 +157,18 @@ def substitute_natives(proto: beam_runner_api_pb2.Pipeline) -> frozenset[str]:
             _LOG.info("step %r: no Spark-native implementation of %s; running its Beam expansion",
                       transform.unique_name, urn)
             continue
-        if len(transform.inputs) != 1 or len(transform.outputs) != 1:
-            _LOG.info("step %r: %s needs one input and one output, it has %d and %d; "
+        # No input: a read; planning gives it the impulse as input.
+        if len(transform.inputs) > 1 or len(transform.outputs) != 1:
+            _LOG.info("step %r: %s needs at most one input and one output, it has %d and %d; "
                       "running its Beam expansion", transform.unique_name, urn,
                       len(transform.inputs), len(transform.outputs))
             continue
-        window_fn = _input_window_fn(proto, transform)
-        if urn in native.ONE_WINDOW_PER_ELEMENT and window_fn not in _ONE_WINDOW_FNS:
-            _LOG.info("step %r: %s needs global or fixed windows, its input has %s; "
-                      "running its Beam expansion", transform.unique_name, urn, window_fn)
-            continue
+        if urn in native.ONE_WINDOW_PER_ELEMENT:
+            window_fn = _input_window_fn(proto, transform)
+            if window_fn not in _ONE_WINDOW_FNS:
+                _LOG.info("step %r: %s needs global or fixed windows, its input has %s; "
+                          "running its Beam expansion", transform.unique_name, urn, window_fn)
+                continue
         transform.spec.urn = urn
         transform.spec.payload = transform.annotations[native.NATIVE_PAYLOAD_ANNOTATION]
         del transform.subtransforms[:]

@@ -1,0 +1,112 @@
+"""Beam's ReadFromText and WriteToText, declaring their Spark-native implementations.
+
+Before the pipeline becomes a proto, batch SparkRunner swaps each
+``beam.io.ReadFromText`` / ``beam.io.WriteToText`` whose options the native
+implementations (:mod:`beam_ext.runner.native._textio`) reproduce exactly
+for a subclass that expands exactly as Beam's and only adds the native
+annotations (:mod:`beam_ext.transforms._native`); planning then runs it as
+one Spark step, or its Beam expansion if it cannot. A transform with other
+options (a custom delimiter, ``max_records_per_shard``, a subclass such as
+ReadFromTextWithFilename) is left as it is, and the reason is logged.
+"""
+from __future__ import annotations
+
+import logging
+
+from apache_beam.internal import pickler
+from apache_beam.io import textio
+from apache_beam.options.value_provider import StaticValueProvider
+from apache_beam.pipeline import PTransformOverride
+
+from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, ReadConfig
+from beam_ext.transforms._native import native_annotations
+
+_LOG = logging.getLogger(__name__)
+
+
+def _read_unsupported(transform: textio.ReadFromText) -> str | None:
+    """Why the native read would not give Beam's output, or None."""
+    if type(transform) is not textio.ReadFromText:
+        return f"{type(transform).__name__} is not ReadFromText itself"
+    source = transform._source
+    checks = [
+        (type(source) is not textio._TextSource, "its source is not Beam's text source"),
+        (not isinstance(source._pattern, StaticValueProvider), "its file pattern is a runtime value"),
+        (source._delimiter is not None, "it has a custom delimiter"),
+        (source._escapechar is not None, "it has an escape character"),
+        (not source._strip_trailing_newlines, "it keeps trailing newlines"),
+        (source._header_matcher is not None, "it has a header matcher"),
+    ]
+    return next((reason for failed, reason in checks if failed), None)
+
+
+def _write_unsupported(transform: textio.WriteToText) -> str | None:
+    if type(transform) is not textio.WriteToText:
+        return f"{type(transform).__name__} is not WriteToText itself"
+    sink = transform._sink
+    checks = [
+        (type(sink) is not textio._TextSink, "its sink is not Beam's text sink"),
+        (not isinstance(sink.file_path_prefix, StaticValueProvider)
+         or not isinstance(sink.file_name_suffix, StaticValueProvider), "its path is a runtime value"),
+        (sink.max_records_per_shard is not None, "it sets max_records_per_shard"),
+        (sink.max_bytes_per_shard is not None, "it sets max_bytes_per_shard"),
+    ]
+    return next((reason for failed, reason in checks if failed), None)
+
+
+class _NativeReadFromText(textio.ReadFromText):
+    """Beam's ReadFromText, same expansion, naming SparkRunner's native read."""
+
+    def __init__(self, original: textio.ReadFromText) -> None:  # copies, not re-initialises: keeps label and options
+        self.__dict__.update(original.__dict__)
+
+    def annotations(self):
+        source = self._source
+        config = ReadConfig(pattern=source._pattern.get(), compression_type=source._compression_type,
+                            coder=source._coder, skip_header_lines=source._skip_header_lines)
+        return {**super().annotations(), "python_type": "apache_beam.io.textio.ReadFromText",
+                **native_annotations(READ_TEXT_URN, pickler.dumps(config))}
+
+
+class _NativeWriteToText(textio.WriteToText):
+    """Beam's WriteToText, same expansion, naming SparkRunner's native write."""
+
+    def __init__(self, original: textio.WriteToText) -> None:  # copies, not re-initialises: keeps label and options
+        self.__dict__.update(original.__dict__)
+
+    def annotations(self):
+        return {**super().annotations(), "python_type": "apache_beam.io.textio.WriteToText",
+                **native_annotations(WRITE_TEXT_URN, pickler.dumps(self._sink))}
+
+
+class _TextIOOverride(PTransformOverride):
+    def __init__(self, beam_class: type, native_class: type, unsupported) -> None:
+        self._beam_class = beam_class
+        self._native_class = native_class
+        self._unsupported = unsupported
+        self._logged: set[str] = set()
+
+    def matches(self, applied_ptransform) -> bool:
+        transform = applied_ptransform.transform
+        if not isinstance(transform, self._beam_class) or isinstance(transform, self._native_class):
+            return False
+        reason = self._unsupported(transform)
+        if reason is not None and applied_ptransform.full_label not in self._logged:
+            # Beam's replace_all asks twice; say it once.
+            self._logged.add(applied_ptransform.full_label)
+            _LOG.info("step %r: %s; running Beam's %s", applied_ptransform.full_label, reason,
+                      self._beam_class.__name__)
+        return reason is None
+
+    def get_replacement_transform_for_applied_ptransform(self, applied_ptransform):
+        return self._native_class(applied_ptransform.transform)
+
+
+def text_io_overrides() -> list[PTransformOverride]:
+    """Overrides giving batch SparkRunner's ReadFromText and WriteToText their native paths.
+
+    >>> len(text_io_overrides())
+    2
+    """
+    return [_TextIOOverride(textio.ReadFromText, _NativeReadFromText, _read_unsupported),
+            _TextIOOverride(textio.WriteToText, _NativeWriteToText, _write_unsupported)]
