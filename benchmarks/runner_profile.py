@@ -42,7 +42,8 @@ _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
      ("~:<method 'acquire' of '_thread", "~:<method 'recv", "~:<method 'readinto",
       "~:<built-in method select", "~:<method 'poll'", "~:<built-in method time.sleep",
       "threading.py:wait", "socket.py:readinto")),
-    ("SDF read machinery (textio, range trackers, SDF wrappers)",
+    ("text read (Beam's textio SDF machinery, or the native reader)",
+     # "textio.py:" also matches the native reader, beam_ext's _textio.py.
      ("textio.py:", "iobase.py:", "sdf_utils.py:", "range_trackers.py:", "restriction_trackers.py:",
       "filebasedsource.py:", "filesystem.py:", "filesystems.py:", "localfilesystem.py:",
       "concat_source.py:", "parquetio.py:")),

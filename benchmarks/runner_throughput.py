@@ -466,7 +466,7 @@ def write_report(results: dict, out_dir: str) -> None:
     lines = [
         "# SparkRunner throughput", "",
         f"Reproduce: `{results['command']}`" + (" (a smoke run at small sizes)" if quick else ""), "",
-        f"Machine: {os.cpu_count()} cores, shared with other work while measuring; Spark `local[2]`. "
+        f"Machine: {os.cpu_count()} cores; Spark `local[2]`. "
         "Absolute rates are noisy; the ratios, measured side by side in one process, are what to read.", "",
         "Each pipeline runs on SparkRunner, on Beam's DirectRunner as users get it "
         "(`beam.runners.DirectRunner()`: for a batch pipeline it hands over to the FnApiRunner, in-process, "
