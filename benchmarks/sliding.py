@@ -455,7 +455,7 @@ def report(results: dict, out: str, command: str) -> str:
     k0 = results["keys"][0]
     lines = ["# Benchmark: exact sliding windows (SlidingAggregate)", "",
              f"Reproduce: `{command}` (writes this file, sliding.json and the PNGs).", "",
-             f"Machine: {os.cpu_count()} cores, shared with other jobs while measuring; Spark `local[2]`. "
+             f"Machine: {os.cpu_count()} cores; Spark `local[2]`. "
              "Absolute times are noisy, the ratios measured side by side in the same run are what to read. "
              "Every figure excludes Spark session and Python worker start-up: a warm-up run of each query "
              "comes first.", ""]

@@ -69,14 +69,15 @@ def test_a_truncated_candidate_is_deleted_not_used(cache_dir, tmp_path_factory):
     with open(whole, "rb") as src, open(candidate, "wb") as dst:
         dst.write(src.read(os.path.getsize(whole) // 2))
     # The JVM aborts on a truncated archive: that is why it is checked first.
-    aborted = subprocess.run([JAVA, f"-XX:SharedArchiveFile={candidate}", "-version"],
-                             capture_output=True)
+    aborted = subprocess.run([JAVA, f"-XX:SharedArchiveFile={candidate}", f"-XX:ErrorFile={os.devnull}",
+                              "-version"], capture_output=True, cwd=cache_dir)
     assert aborted.returncode != 0
     _settle(candidate)
     options = _options()
     assert not os.path.exists(candidate)
     assert options.startswith("-XX:ArchiveClassesAtExit=")  # a new candidate, not the bad one
     assert not any(name.endswith(".jsa") for name in os.listdir(cache_dir))
+    assert not [name for name in os.listdir(cache_dir) if name.startswith("hs_err")]
 
 
 def test_a_candidate_still_being_written_is_left_alone(cache_dir):

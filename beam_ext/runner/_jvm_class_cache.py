@@ -54,8 +54,11 @@ def _promote(candidates: list[str], archive: str, java: str) -> None:
         try:
             if now - os.path.getmtime(path) < _SETTLE_SECONDS:
                 continue
-            check = subprocess.run([java, f"-XX:SharedArchiveFile={path}", _QUIET, "-version"],
-                                   capture_output=True, timeout=60)
+            # A truncated archive aborts the JVM: its crash report goes nowhere,
+            # not into the user's working directory.
+            check = subprocess.run([java, f"-XX:SharedArchiveFile={path}", f"-XX:ErrorFile={os.devnull}",
+                                    _QUIET, "-version"], capture_output=True, timeout=60,
+                                   cwd=os.path.dirname(path))
             if check.returncode == 0 and not os.path.exists(archive):
                 os.replace(path, archive)
                 _LOG.info("JVM class archive ready: %s", archive)
