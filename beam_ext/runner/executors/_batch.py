@@ -142,6 +142,8 @@ class BatchExecutor:
         self._unread: list = []  # stage outputs nobody reads: the final job computes them
         self._chained: list[PlannedStage] = []  # stages computed by the next Spark action
         self._native_counters: list[tuple[str, str, Any]] = []  # (stage, step, accumulator)
+        # Buffers a native step left as Arrow tables for native readers of columns.
+        self._arrow_rows: dict[bytes, native.ArrowRows] = {}
 
     def run(self) -> None:
         try:
@@ -168,6 +170,7 @@ class BatchExecutor:
         for broadcast in self._broadcasts:
             broadcast.unpersist()
         self._persisted, self._broadcasts, self._buffers, self._grouped = [], [], {}, {}
+        self._arrow_rows = {}
         self._unread, self._chained = [], []
 
     def _run_chained(self) -> None:
@@ -331,25 +334,44 @@ class BatchExecutor:
         context = native.NativeContext(
             spark=self._spark, parallelism=self._parallelism, step_name=spec.step_name,
             counter=lambda namespace, name: _SparkCounter(counters, (namespace, name)))
-        values = self._read(stage.inputs[0]).mapPartitions(
-            functools.partial(_decode_chunks, spec.input_coder))
+        values = self._arrow_rows.get(stage.inputs[0]) if stage.inputs else None
+        if values is None:
+            values = self._read(stage.inputs[0]).mapPartitions(
+                functools.partial(_decode_chunks, spec.input_coder))
         self._native_counters.append((stage.name, spec.step_name, counters))
         readers = sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs)
         # Inside the action: an implementation may run Spark jobs itself (a
         # write finalizes its files on the driver); their errors name the step too.
         with self._action(stage):
-            out = fn(spec.payload, values, context).mapPartitions(
-                functools.partial(_encode_partition, spec.output_coder))
-            if stage.inputs == [IMPULSE_BUFFER] and readers == 1:
-                # A source read by one stage: that stage's tasks read it in
-                # the same pass, as they would a fused Beam read.
+            out = fn(spec.payload, values, context)
+            if isinstance(out, native.ArrowRows):
+                if stage.outputs and all(self._reads_arrow_rows(buffer_id) for buffer_id in stage.outputs):
+                    self._chained.append(stage)
+                    for buffer_id in stage.outputs:
+                        self._arrow_rows[buffer_id] = out
+                    return
+                out = out.values()
+            out = out.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
+            if readers <= 1:
+                # Read once (or never): computed in the same pass as its reader,
+                # as a fused Beam step would be, instead of persisted first.
                 self._chained.append(stage)
+                if readers == 0:
+                    self._unread.append(out)
             else:
                 out.persist(StorageLevel.MEMORY_AND_DISK)
                 self._persisted.append(out)
                 out.count()
         for buffer_id in stage.outputs:
             self._write(buffer_id, out)
+
+    def _reads_arrow_rows(self, buffer_id: bytes) -> bool:
+        """Whether every reader of ``buffer_id`` is a native step taking Arrow tables as its input."""
+        readers = [s for s in self._plan.stages
+                   if buffer_id in s.inputs or any(spec.buffer == buffer_id for spec in s.side_inputs)]
+        return bool(readers) and all(
+            s.native is not None and s.native.urn in native.READS_ARROW_ROWS and s.inputs == [buffer_id]
+            for s in readers)
 
 
 try:

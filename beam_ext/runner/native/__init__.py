@@ -12,12 +12,18 @@ Beam expansion, and planning logs that, with the reason.
 Both paths must give the same results; tests compare them. Adding one:
 write ``fn(payload, rdd, ctx) -> rdd`` in a module of this package and add
 its line to :data:`TRANSLATIONS`.
+
+An implementation may also return :class:`ArrowRows` (row dicts held as
+Arrow tables). The executor hands them unchanged to native readers listed
+in :data:`READS_ARROW_ROWS`, which then get either an RDD or ``ArrowRows``,
+and makes the row dicts for every other reader.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable, Protocol
 
+from beam_ext.runner.native._arrow_rows import ArrowRows
 from beam_ext.runner.native._lateness import late_panes_on_spark
 from beam_ext.runner.native._sliding import sliding_on_spark
 from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, read_text_on_spark, write_text_on_spark
@@ -26,7 +32,7 @@ from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_UR
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
 
 __all__ = ["NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION", "ONE_WINDOW_PER_ELEMENT",
-           "TRANSLATIONS", "NativeContext", "NativeFn", "lookup_native"]
+           "READS_ARROW_ROWS", "TRANSLATIONS", "ArrowRows", "NativeContext", "NativeFn", "lookup_native"]
 
 
 class NativeCounter(Protocol):
@@ -63,6 +69,10 @@ TRANSLATIONS: dict[str, NativeFn] = {
 #: GroupByKey only where each element is in one window no merge changes
 #: (global or fixed windows); on other input planning keeps the Beam expansion.
 ONE_WINDOW_PER_ELEMENT: frozenset[str] = frozenset({SLIDING_URN})
+
+
+#: Implementations that take :class:`ArrowRows` as their input, as well as an RDD.
+READS_ARROW_ROWS: frozenset[str] = frozenset({SLIDING_URN})
 
 
 def lookup_native(urn: str) -> NativeFn | None:

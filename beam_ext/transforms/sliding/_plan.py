@@ -68,6 +68,10 @@ class _Plan:
             raise TypeError(f"where: expected a callable event -> bool, got {where!r}")
         self.key = field_getter(key, "key")
         self.timestamp = None if timestamp is None else field_getter(timestamp, "timestamp")
+        # Named fields let a columnar input be read by column (runner/native/_sliding.py).
+        self.key_field = key if isinstance(key, str) else None
+        self.timestamp_field = timestamp if isinstance(timestamp, str) else None
+        self.column_fields: list[str | None] = []
         self.where = where
         self.windows = [(name, float(w.size), float(w.delay)) for name, w in windows.items()]
         offsets = sorted({d for _, _, d in self.windows} | {d + s for _, s, d in self.windows})
@@ -87,6 +91,7 @@ class _Plan:
             if ident not in seen:
                 seen[ident] = len(self.columns)
                 self.columns.append((field_getter(a.field, a.describe()), a.numeric, a.describe()))
+                self.column_fields.append(a.field if isinstance(a.field, str) else None)
             self.aggs.append((name, a, seen[ident]))
         self.kinds = ["float" if numeric else "object" for _, numeric, _ in self.columns]
 
@@ -102,6 +107,13 @@ class _Plan:
                 names[fname] = (aname, wname)
                 self.features.append((fname, wi, ai))
         self.vectorisable = all(a.vectorised is not None for _, a, _ in self.aggs)
+
+    @property
+    def reads_named_fields(self) -> bool:
+        """Whether every field is a name (no callables, no ``where``): readable from columns."""
+        return (self.key_field is not None and self.where is None
+                and (self.timestamp is None or self.timestamp_field is not None)
+                and all(name is not None for name in self.column_fields))
 
     def row(self, event: Any) -> tuple:
         """The column values of an event; nulls are NaN (numeric) or None."""

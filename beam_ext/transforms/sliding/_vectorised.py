@@ -120,5 +120,5 @@ def compute_columns(plan: _Plan, key_codes: np.ndarray, times: np.ndarray, colum
 
     inverse = np.empty_like(order)
     inverse[order] = np.arange(len(order))
-    idx = inverse.tolist()
-    return {name: [f[i] for i in idx] for (name, _, _), f in zip(plan.features, feats)}
+    # Object arrays keep each value's Python type (int counts, None for empty windows).
+    return {name: np.asarray(f, dtype=object)[inverse].tolist() for (name, _, _), f in zip(plan.features, feats)}

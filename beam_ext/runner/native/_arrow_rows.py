@@ -1,0 +1,48 @@
+"""Row dicts carried as Arrow tables between native steps.
+
+A native read of columnar files (``ReadFromParquet``) yields a PCollection
+of row dicts, one per row. Made into Python objects per row, encoded, and
+decoded again by the next step, those rows cost more than the computation
+that follows them. So the read returns :class:`ArrowRows` instead: the
+tables themselves. A native consumer that can compute on columns (see
+:data:`beam_ext.runner.native.READS_ARROW_ROWS`) takes them as they are;
+for any other consumer the executor calls :meth:`ArrowRows.values`, which
+makes exactly the row dicts Beam's own read makes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterator
+
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
+
+
+def row_dicts(table: Any) -> Iterator[dict]:
+    """The rows of ``table`` as Beam's ReadFromParquet yields them (``_ArrowTableToRowDictionaries``)."""
+    columns = table.to_pydict().items()
+    for n in range(table.num_rows):
+        yield {name: values[n] for name, values in columns}
+
+
+def table_values(table: Any) -> Iterator[WindowedValue]:
+    """The elements standing for ``table``'s rows: global window, the minimum timestamp, as a bounded read's."""
+    windows = (GlobalWindow(),)
+    for row in row_dicts(table):
+        yield WindowedValue(row, MIN_TIMESTAMP, windows)
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrowRows:
+    """A PCollection of row dicts, held as an RDD of ``pyarrow.Table``.
+
+    Every element is in the global window at the minimum timestamp, as the
+    output of a bounded read.
+    """
+
+    tables: Any  # RDD of pyarrow.Table
+
+    def values(self) -> Any:
+        """The RDD of ``WindowedValue`` row dicts these tables stand for."""
+        return self.tables.flatMap(table_values)
