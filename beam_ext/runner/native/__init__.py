@@ -24,6 +24,7 @@ import dataclasses
 from typing import Any, Callable, Protocol
 
 from beam_ext.runner.native._arrow_rows import ArrowRows
+from beam_ext.runner.native._create import CREATE_URN, create_on_spark
 from beam_ext.runner.native._lateness import late_panes_on_spark
 from beam_ext.runner.native._sliding import sliding_on_spark
 from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, read_text_on_spark, write_text_on_spark
@@ -63,6 +64,7 @@ TRANSLATIONS: dict[str, NativeFn] = {
     LATE_WINDOWED_GBK_URN: late_panes_on_spark,
     READ_TEXT_URN: read_text_on_spark,
     WRITE_TEXT_URN: write_text_on_spark,
+    CREATE_URN: create_on_spark,
 }
 
 #: Implementations that group each element by its own windows. That equals

@@ -3,8 +3,8 @@
 The steps, each in its own module: :mod:`._phases` (our phases on the
 proto, then Beam's translation phases with ours among them), :mod:`._stages`
 (each fused stage -> a :class:`PlannedStage` an executor can run), and
-:mod:`._test_stream` and :mod:`._io_overrides` (pipeline overrides applied
-before the proto is made).
+:mod:`._test_stream`, :mod:`._create_override` and :mod:`._io_overrides`
+(pipeline overrides applied before the proto is made).
 """
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
+from beam_ext.runner.planning._create_override import CreateOverride
 from beam_ext.runner.planning._io_overrides import text_io_overrides
 from beam_ext.runner.planning._phases import RUNNER_URNS, check_supported, optimize_phases, substitute_natives
 from beam_ext.runner.planning._stages import GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner
 from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource, TestStreamSpec
 
-__all__ = ["GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
+__all__ = ["CreateOverride", "GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
            "TestStreamAsBoundedSource", "TestStreamSpec", "plan_pipeline", "text_io_overrides"]
 
 
