@@ -26,6 +26,15 @@ from typing import Any, Callable, Protocol
 from beam_ext.runner.native._arrow_rows import ArrowRows
 from beam_ext.runner.native._create import CREATE_URN, create_on_spark
 from beam_ext.runner.native._lateness import late_panes_on_spark
+from beam_ext.runner.native._parquetio import (
+    READ_PARQUET_BATCHED_URN,
+    READ_PARQUET_URN,
+    WRITE_PARQUET_BATCHED_URN,
+    WRITE_PARQUET_URN,
+    read_parquet_batched_on_spark,
+    read_parquet_on_spark,
+    write_parquet_on_spark,
+)
 from beam_ext.runner.native._sliding import sliding_on_spark
 from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, read_text_on_spark, write_text_on_spark
 from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_ANNOTATION
@@ -65,6 +74,10 @@ TRANSLATIONS: dict[str, NativeFn] = {
     READ_TEXT_URN: read_text_on_spark,
     WRITE_TEXT_URN: write_text_on_spark,
     CREATE_URN: create_on_spark,
+    READ_PARQUET_URN: read_parquet_on_spark,
+    READ_PARQUET_BATCHED_URN: read_parquet_batched_on_spark,
+    WRITE_PARQUET_URN: write_parquet_on_spark,
+    WRITE_PARQUET_BATCHED_URN: write_parquet_on_spark,
 }
 
 #: Implementations that group each element by its own windows. That equals

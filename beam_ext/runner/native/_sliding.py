@@ -17,6 +17,7 @@ and the same errors.
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Iterator
 
 import numpy as np
@@ -28,6 +29,8 @@ from beam_ext._key_hash import key_hash, untyped_key_coder
 from beam_ext.runner.native._arrow_rows import ArrowRows, row_dicts
 from beam_ext.transforms.sliding._plan import _Plan
 from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns
+
+_LOG = logging.getLogger("beam_ext.runner")
 
 
 def _partition(plan: _Plan, items: Iterator[tuple[Any, tuple[float, Any]]]) -> Iterator[Any]:
@@ -186,6 +189,8 @@ def sliding_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     plan = pickler.loads(payload)
     if isinstance(rdd, ArrowRows):
         if plan.reads_named_fields:
+            _LOG.info("step %r reads its input's Arrow tables by column", ctx.step_name)
             return sliding_on_arrow_rows(plan, rdd, ctx.parallelism)
+        _LOG.info("step %r reads its input row by row: a field or `where` is a callable", ctx.step_name)
         rdd = rdd.values()
     return sliding_on_rdd(plan, rdd, ctx.parallelism)

@@ -14,27 +14,24 @@ ended with a newline, and its rows cost more to hand to Python than these
 reads (measured in docs/runner.md).
 
 Writing: each partition is one shard, written by a Spark task with the
-sink's own ``open``/``close`` (header, footer, compression by suffix) into
-Beam's temporary directory; the driver then runs Beam's own
-``pre_finalize`` and ``finalize_write`` (delete old shards of the same
-pattern, rename, remove the temporary directory). A task writes its shard
-under a per-attempt name and renames it to the partition's name, so a
-retried task leaves one file. The output is the final file names, as Beam's.
+sink's own ``open``/``close`` (header, footer, compression by suffix), the
+records encoded as ``_TextSink.write_record`` encodes them; shards and
+finalization are :func:`~beam_ext.runner.native._file_sink.write_shards`'.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import uuid
 from typing import Any, Iterable, Iterator
 
 from apache_beam.coders import coders
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
+
+from beam_ext.runner.native._file_sink import write_shards
 
 READ_TEXT_URN = "beam_ext:textio:read_from_text:v1"
 WRITE_TEXT_URN = "beam_ext:textio:write_to_text:v1"
@@ -169,63 +166,13 @@ def _encoded_records(sink: Any, values: Iterable[Any]) -> Iterator[bytes]:
         yield b"".join(batch)
 
 
-def _write_shard(sink: Any, temp_dir: str, index: int, wvs: Iterator[WindowedValue]) -> Iterator[str]:
-    """Writes one partition as one shard; yields its temporary path (none if empty)."""
-    from pyspark import TaskContext
-
-    first = next(wvs, None)
-    if first is None:
-        return
-    # Beam's temporary names end as the final ones, so compression AUTO
-    # picks the same codec from the suffix.
-    suffix = "." + os.path.basename(sink.file_path_prefix.get()) + sink.file_name_suffix.get()
-    path = FileSystems.join(temp_dir, f"shard-{index:05d}") + suffix
-    attempt = FileSystems.join(
-        temp_dir, f"shard-{index:05d}-attempt-{TaskContext.get().attemptNumber()}-{uuid.uuid4().hex}") + suffix
-    handle = sink.open(attempt)
-    try:
-        # Beam's WriteImpl rewindows into the global window first: an
-        # element in several windows is written once per window.
-        values = (wv.value for wv in _prepend(first, wvs) for _ in wv.windows)
-        for chunk in _encoded_records(sink, values):
-            handle.write(chunk)
-    finally:
-        sink.close(handle)
-    FileSystems.rename([attempt], [path])
-    yield path
-
-
-def _prepend(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
-    yield first
-    yield from rest
+def _write_text(sink: Any, handle: Any, values: Iterator[Any]) -> None:
+    for chunk in _encoded_records(sink, values):
+        handle.write(chunk)
 
 
 def write_text_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     """SparkRunner's WriteToText: writes the shards, returns an RDD of their final names."""
     from apache_beam.internal import pickler
 
-    sink = pickler.loads(payload)
-    sc = ctx.spark.sparkContext
-    # num_shards 0: one shard per non-empty partition (Beam writes one per bundle).
-    num_shards = sink.num_shards
-    if num_shards:
-        partitions = rdd.getNumPartitions()
-        if partitions > num_shards:
-            rdd = rdd.coalesce(num_shards)
-        elif partitions < num_shards:
-            rdd = rdd.repartition(num_shards)
-    temp_dir = sink.initialize_write()
-    written = sorted(rdd.mapPartitionsWithIndex(
-        functools.partial(_write_shard, sink, temp_dir)).collect())
-    min_shards = max(num_shards, 1)
-    if len(written) < min_shards and (written or not sink.skip_if_empty):
-        # As Beam's WriteImpl: empty shards up to the shard count.
-        written += [sink.open_writer(temp_dir, str(uuid.uuid4())).close()
-                    for _ in range(min_shards - len(written))]
-    if not written:
-        FileSystems.delete([temp_dir])
-        return sc.parallelize([], 1)
-    sink.pre_finalize(temp_dir, written)
-    names = list(sink.finalize_write(temp_dir, written, None))
-    windows = (GlobalWindow(),)
-    return sc.parallelize([WindowedValue(name, MAX_TIMESTAMP, windows) for name in names], 1)
+    return write_shards(pickler.loads(payload), rdd, ctx, _write_text)

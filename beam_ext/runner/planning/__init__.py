@@ -13,13 +13,13 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
 from beam_ext.runner.planning._create_override import CreateOverride
-from beam_ext.runner.planning._io_overrides import text_io_overrides
+from beam_ext.runner.planning._io_overrides import io_overrides
 from beam_ext.runner.planning._phases import RUNNER_URNS, check_supported, optimize_phases, substitute_natives
 from beam_ext.runner.planning._stages import GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner
 from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource, TestStreamSpec
 
 __all__ = ["CreateOverride", "GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
-           "TestStreamAsBoundedSource", "TestStreamSpec", "plan_pipeline", "text_io_overrides"]
+           "TestStreamAsBoundedSource", "TestStreamSpec", "plan_pipeline", "io_overrides"]
 
 
 def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,

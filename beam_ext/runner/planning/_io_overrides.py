@@ -1,23 +1,33 @@
-"""Beam's ReadFromText and WriteToText, declaring their Spark-native implementations.
+"""Beam's text and Parquet IO, declaring their Spark-native implementations.
 
 Before the pipeline becomes a proto, batch SparkRunner swaps each
-``beam.io.ReadFromText`` / ``beam.io.WriteToText`` whose options the native
-implementations (:mod:`beam_ext.runner.native._textio`) reproduce exactly
-for a subclass that expands exactly as Beam's and only adds the native
-annotations (:mod:`beam_ext.transforms._native`); planning then runs it as
-one Spark step, or its Beam expansion if it cannot. A transform with other
-options (a custom delimiter, ``max_records_per_shard``, a subclass such as
-ReadFromTextWithFilename) is left as it is, and the reason is logged.
+``ReadFromText`` / ``WriteToText`` / ``ReadFromParquet`` /
+``ReadFromParquetBatched`` / ``WriteToParquet`` / ``WriteToParquetBatched``
+whose options the native implementations (:mod:`beam_ext.runner.native._textio`,
+:mod:`beam_ext.runner.native._parquetio`) reproduce exactly for a subclass
+that expands exactly as Beam's and only adds the native annotations
+(:mod:`beam_ext.transforms._native`); planning then runs it as one Spark
+step, or its Beam expansion if it cannot. A transform with other options (a
+custom delimiter, ``max_records_per_shard``, ``as_rows=True``, a subclass
+such as ReadFromTextWithFilename) is left as it is, and the reason is logged.
 """
 from __future__ import annotations
 
 import logging
 
 from apache_beam.internal import pickler
-from apache_beam.io import textio
+from apache_beam.io import parquetio, textio
 from apache_beam.options.value_provider import StaticValueProvider
 from apache_beam.pipeline import PTransformOverride
 
+from beam_ext.runner.native._parquetio import (
+    READ_PARQUET_BATCHED_URN,
+    READ_PARQUET_URN,
+    WRITE_PARQUET_BATCHED_URN,
+    WRITE_PARQUET_URN,
+    ParquetReadConfig,
+    ParquetWriteConfig,
+)
 from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, ReadConfig
 from beam_ext.transforms._native import native_annotations
 
@@ -40,18 +50,45 @@ def _read_unsupported(transform: textio.ReadFromText) -> str | None:
     return next((reason for failed, reason in checks if failed), None)
 
 
+def _sink_unsupported(sink, sink_class: type) -> str | None:
+    checks = [
+        (type(sink) is not sink_class, f"its sink is not Beam's {sink_class.__name__}"),
+        (not isinstance(sink.file_path_prefix, StaticValueProvider)
+         or not isinstance(sink.file_name_suffix, StaticValueProvider), "its path is a runtime value"),
+        (getattr(sink, "max_records_per_shard", None) is not None, "it sets max_records_per_shard"),
+        (getattr(sink, "max_bytes_per_shard", None) is not None, "it sets max_bytes_per_shard"),
+    ]
+    return next((reason for failed, reason in checks if failed), None)
+
+
 def _write_unsupported(transform: textio.WriteToText) -> str | None:
     if type(transform) is not textio.WriteToText:
         return f"{type(transform).__name__} is not WriteToText itself"
-    sink = transform._sink
+    return _sink_unsupported(transform._sink, textio._TextSink)
+
+
+def _read_parquet_unsupported(transform) -> str | None:
+    beam_class = (parquetio.ReadFromParquetBatched if isinstance(transform, parquetio.ReadFromParquetBatched)
+                  else parquetio.ReadFromParquet)
+    if type(transform) is not beam_class:
+        return f"{type(transform).__name__} is not {beam_class.__name__} itself"
+    source = transform._source
     checks = [
-        (type(sink) is not textio._TextSink, "its sink is not Beam's text sink"),
-        (not isinstance(sink.file_path_prefix, StaticValueProvider)
-         or not isinstance(sink.file_name_suffix, StaticValueProvider), "its path is a runtime value"),
-        (sink.max_records_per_shard is not None, "it sets max_records_per_shard"),
-        (sink.max_bytes_per_shard is not None, "it sets max_bytes_per_shard"),
+        (type(source) is not parquetio._ParquetSource, "its source is not Beam's Parquet source"),
+        (not isinstance(source._pattern, StaticValueProvider), "its file pattern is a runtime value"),
+        (getattr(transform, "_schema", None) is not None, "it reads Beam rows (as_rows=True)"),
     ]
     return next((reason for failed, reason in checks if failed), None)
+
+
+def _write_parquet_unsupported(transform) -> str | None:
+    beam_class = (parquetio.WriteToParquetBatched if isinstance(transform, parquetio.WriteToParquetBatched)
+                  else parquetio.WriteToParquet)
+    if type(transform) is not beam_class:
+        return f"{type(transform).__name__} is not {beam_class.__name__} itself"
+    if beam_class is parquetio.WriteToParquet and transform._schema is None:
+        return "it writes Beam rows (no schema given)"
+    return _sink_unsupported(transform._sink, parquetio._ParquetSink)
 
 
 class _NativeReadFromText(textio.ReadFromText):
@@ -79,7 +116,60 @@ class _NativeWriteToText(textio.WriteToText):
                 **native_annotations(WRITE_TEXT_URN, pickler.dumps(self._sink))}
 
 
-class _TextIOOverride(PTransformOverride):
+def _parquet_read_config(transform) -> ParquetReadConfig:
+    source = transform._source
+    columns = source._columns
+    return ParquetReadConfig(pattern=source._pattern.get(), columns=None if columns is None else tuple(columns),
+                             compression_type=source._compression_type)
+
+
+class _NativeReadFromParquet(parquetio.ReadFromParquet):
+    """Beam's ReadFromParquet, same expansion, naming SparkRunner's native read."""
+
+    def __init__(self, original: parquetio.ReadFromParquet) -> None:
+        self.__dict__.update(original.__dict__)
+
+    def annotations(self):
+        return {**super().annotations(), "python_type": "apache_beam.io.parquetio.ReadFromParquet",
+                **native_annotations(READ_PARQUET_URN, pickler.dumps(_parquet_read_config(self)))}
+
+
+class _NativeReadFromParquetBatched(parquetio.ReadFromParquetBatched):
+    """Beam's ReadFromParquetBatched, same expansion, naming SparkRunner's native read."""
+
+    def __init__(self, original: parquetio.ReadFromParquetBatched) -> None:
+        self.__dict__.update(original.__dict__)
+
+    def annotations(self):
+        return {**super().annotations(), "python_type": "apache_beam.io.parquetio.ReadFromParquetBatched",
+                **native_annotations(READ_PARQUET_BATCHED_URN, pickler.dumps(_parquet_read_config(self)))}
+
+
+class _NativeWriteToParquet(parquetio.WriteToParquet):
+    """Beam's WriteToParquet, same expansion, naming SparkRunner's native write."""
+
+    def __init__(self, original: parquetio.WriteToParquet) -> None:
+        self.__dict__.update(original.__dict__)
+
+    def annotations(self):
+        config = ParquetWriteConfig(sink=self._sink, row_group_buffer_size=self._row_group_buffer_size,
+                                    record_batch_size=self._record_batch_size)
+        return {**super().annotations(), "python_type": "apache_beam.io.parquetio.WriteToParquet",
+                **native_annotations(WRITE_PARQUET_URN, pickler.dumps(config))}
+
+
+class _NativeWriteToParquetBatched(parquetio.WriteToParquetBatched):
+    """Beam's WriteToParquetBatched, same expansion, naming SparkRunner's native write."""
+
+    def __init__(self, original: parquetio.WriteToParquetBatched) -> None:
+        self.__dict__.update(original.__dict__)
+
+    def annotations(self):
+        return {**super().annotations(), "python_type": "apache_beam.io.parquetio.WriteToParquetBatched",
+                **native_annotations(WRITE_PARQUET_BATCHED_URN, pickler.dumps(ParquetWriteConfig(sink=self._sink)))}
+
+
+class _IOOverride(PTransformOverride):
     def __init__(self, beam_class: type, native_class: type, unsupported) -> None:
         self._beam_class = beam_class
         self._native_class = native_class
@@ -102,11 +192,15 @@ class _TextIOOverride(PTransformOverride):
         return self._native_class(applied_ptransform.transform)
 
 
-def text_io_overrides() -> list[PTransformOverride]:
-    """Overrides giving batch SparkRunner's ReadFromText and WriteToText their native paths.
+def io_overrides() -> list[PTransformOverride]:
+    """Overrides giving batch SparkRunner's text and Parquet IO their native paths.
 
-    >>> len(text_io_overrides())
-    2
+    >>> len(io_overrides())
+    6
     """
-    return [_TextIOOverride(textio.ReadFromText, _NativeReadFromText, _read_unsupported),
-            _TextIOOverride(textio.WriteToText, _NativeWriteToText, _write_unsupported)]
+    return [_IOOverride(textio.ReadFromText, _NativeReadFromText, _read_unsupported),
+            _IOOverride(textio.WriteToText, _NativeWriteToText, _write_unsupported),
+            _IOOverride(parquetio.ReadFromParquetBatched, _NativeReadFromParquetBatched, _read_parquet_unsupported),
+            _IOOverride(parquetio.ReadFromParquet, _NativeReadFromParquet, _read_parquet_unsupported),
+            _IOOverride(parquetio.WriteToParquetBatched, _NativeWriteToParquetBatched, _write_parquet_unsupported),
+            _IOOverride(parquetio.WriteToParquet, _NativeWriteToParquet, _write_parquet_unsupported)]

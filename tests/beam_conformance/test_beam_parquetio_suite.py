@@ -1,0 +1,13 @@
+"""Beam's ``apache_beam/io/parquetio_test.py`` (``TestParquet``) on SparkRunner.
+
+Beam's ``TestPipeline()`` calls run on SparkRunner through the conftest, so
+Beam's own Parquet tests check the native Parquet read and write
+(``beam_ext/runner/native/_parquetio.py``) against Beam's expectations.
+Skips are in the conftest's ``SKIPPED_ON_SPARK``, each with its reason
+(also in docs/runner.md). ``WriteStreamingTest`` is not included: it writes
+from an unbounded TestStream, where the runner keeps Beam's own write.
+"""
+import pytest
+from apache_beam.io.parquetio_test import TestParquet  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("test_pipelines_on_spark")
