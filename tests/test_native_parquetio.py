@@ -195,3 +195,36 @@ def test_parquet_to_sliding_aggregate_to_parquet_equals_direct_runner(spark, tmp
     for urn in (READ_PARQUET_URN, WRITE_PARQUET_URN):
         assert f"runs Spark-natively ({urn})" in caplog.text
     assert "reads its input's Arrow tables by column" in caplog.text
+
+
+def _beams_tables(schema, buffer_size, batch_size, rows) -> list:
+    from apache_beam.io.parquetio import _RowDictionariesToArrowTable
+    from apache_beam.transforms.window import GlobalWindow
+
+    convert = _RowDictionariesToArrowTable(schema, buffer_size, batch_size)
+    tables = [t for row in rows for t in convert.process(row, w=GlobalWindow())]
+    return tables + [wv.value for wv in convert.finish_bundle()]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 120), batch=st.integers(1, 30), buffer_size=st.integers(1, 3000), seed=st.integers(0, 99))
+def test_rows_become_beams_record_batches_and_tables(n, batch, buffer_size, seed):
+    from beam_ext.runner.native._parquetio import _row_tables
+
+    rows = _rows(n, seed)
+    rows = [{k: v for k, v in r.items() if k != "tags" or i % 3} for i, r in enumerate(rows)]  # some missing
+    want = _beams_tables(SCHEMA, buffer_size, batch, rows)
+    got = list(_row_tables(SCHEMA, buffer_size, batch, iter(rows)))
+    assert [t.num_rows for t in got] == [t.num_rows for t in want]
+    assert [[b.num_rows for b in t.to_batches()] for t in got] == [[b.num_rows for b in t.to_batches()] for t in want]
+    assert all(a.equals(b) for a, b in zip(got, want))
+
+
+def test_a_required_field_missing_fails_as_on_beam():
+    from beam_ext.runner.native._parquetio import _row_tables
+
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    with pytest.raises(KeyError, match="id"):
+        _beams_tables(schema, 100, 10, [{"x": 1}])
+    with pytest.raises(KeyError, match="id"):
+        list(_row_tables(schema, 100, 10, iter([{"x": 1}])))
