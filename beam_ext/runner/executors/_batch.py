@@ -32,6 +32,7 @@ from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, iden
 from beam_ext.runner.executors._side_inputs import SideInputState, side_input_state
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
+from beam_ext.runner.worker._direct import run_direct_chain
 
 _LOG = logging.getLogger("beam_ext.runner")
 _RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
@@ -79,6 +80,13 @@ def _stage_task(spec, broadcast, reports, stage_name: str, partition: int, recor
             reports.add({(stage_name, partition): payload})
         else:
             yield index, payload
+
+
+def _direct_task(chain, setup, reports, stage_name: str, partition: int, values) -> Iterator:
+    report: list[bytes] = []
+    yield from run_direct_chain(chain, setup, values, report)
+    for serialized in report:
+        reports.add({(stage_name, partition): serialized})
 
 
 def _group_task(reader: GroupReader, reports, partition: int, blobs) -> Iterator[bytes]:
@@ -144,6 +152,9 @@ class BatchExecutor:
         self._native_counters: list[tuple[str, str, Any]] = []  # (stage, step, accumulator)
         # Buffers a native step left as Arrow tables for native readers of columns.
         self._arrow_rows: dict[bytes, native.ArrowRows] = {}
+        # Buffers left as RDDs of WindowedValue objects, between native steps
+        # and the Map-like stages next to them: no encode and decode in between.
+        self._values: dict[bytes, Any] = {}
 
     def run(self) -> None:
         try:
@@ -170,7 +181,7 @@ class BatchExecutor:
         for broadcast in self._broadcasts:
             broadcast.unpersist()
         self._persisted, self._broadcasts, self._buffers, self._grouped = [], [], {}, {}
-        self._arrow_rows = {}
+        self._arrow_rows, self._values = {}, {}
         self._unread, self._chained = [], []
 
     def _run_chained(self) -> None:
@@ -270,6 +281,9 @@ class BatchExecutor:
         """Adds ``stage`` to the lineage; the next Spark action computes it."""
         from pyspark import StorageLevel
 
+        if stage.direct is not None and (stage.inputs[0] in self._values or self._objects_read(stage.outputs[0])):
+            self._chain_direct(stage)
+            return
         records = self._stage_input(stage)
         broadcast = self._side_inputs(stage)
         self._chained.append(stage)
@@ -283,6 +297,38 @@ class BatchExecutor:
             self._unread.append(out)
         for index, buffer_id in enumerate(stage.outputs):
             self._write(buffer_id, out.filter(lambda r, i=index: r[0] == i).values())
+
+    def _chain_direct(self, stage: PlannedStage) -> None:
+        """Adds a stage of Map-like steps next to a native step, run on element objects."""
+        chain = stage.direct
+        _LOG.info("stage %s runs its steps on element objects, next to a native step", stage.label)
+        values = self._values.get(stage.inputs[0])
+        if values is None:
+            values = self._read(stage.inputs[0]).mapPartitions(functools.partial(_decode_chunks, chain.input_coder))
+        self._chained.append(stage)
+        out = values.mapPartitionsWithIndex(functools.partial(
+            _direct_task, chain, stage.spec.worker_setup, self._reports, stage.name))
+        [buffer_id] = stage.outputs
+        if self._objects_read(buffer_id):
+            self._values[buffer_id] = out
+            return
+        out = out.mapPartitions(functools.partial(_encode_partition, chain.output_coder))
+        if self._readers.get(buffer_id, 0) == 0:
+            self._unread.append(out)
+        self._write(buffer_id, out)
+
+    def _readers_of(self, buffer_id: bytes) -> list[PlannedStage]:
+        return [s for s in self._plan.stages
+                if buffer_id in s.inputs or any(spec.buffer == buffer_id for spec in s.side_inputs)]
+
+    def _objects_read(self, buffer_id: bytes) -> bool:
+        """Whether every reader of ``buffer_id`` takes element objects: a native
+        step or a Map-like stage, reading it as its one main input, and
+        ``buffer_id`` is written once (a Flatten writes a buffer several times)."""
+        readers = self._readers_of(buffer_id)
+        writers = sum(buffer_id in s.outputs for s in self._plan.stages)
+        return bool(readers) and writers == 1 and all(
+            (s.native is not None or s.direct is not None) and s.inputs == [buffer_id] for s in readers)
 
     @contextlib.contextmanager
     def _action(self, stage: PlannedStage | None = None):
@@ -334,7 +380,7 @@ class BatchExecutor:
         context = native.NativeContext(
             spark=self._spark, parallelism=self._parallelism, step_name=spec.step_name,
             counter=lambda namespace, name: _SparkCounter(counters, (namespace, name)))
-        values = self._arrow_rows.get(stage.inputs[0]) if stage.inputs else None
+        values = self._arrow_rows.get(stage.inputs[0]) or self._values.get(stage.inputs[0])
         if values is None:
             values = self._read(stage.inputs[0]).mapPartitions(
                 functools.partial(_decode_chunks, spec.input_coder))
@@ -351,6 +397,10 @@ class BatchExecutor:
                         self._arrow_rows[buffer_id] = out
                     return
                 out = out.values()
+            if len(stage.outputs) == 1 and self._objects_read(stage.outputs[0]):
+                self._chained.append(stage)
+                self._values[stage.outputs[0]] = out
+                return
             out = out.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
             if readers <= 1:
                 # Read once (or never): computed in the same pass as its reader,
@@ -367,8 +417,7 @@ class BatchExecutor:
 
     def _reads_arrow_rows(self, buffer_id: bytes) -> bool:
         """Whether every reader of ``buffer_id`` is a native step taking Arrow tables as its input."""
-        readers = [s for s in self._plan.stages
-                   if buffer_id in s.inputs or any(spec.buffer == buffer_id for spec in s.side_inputs)]
+        readers = self._readers_of(buffer_id)
         return bool(readers) and all(
             s.native is not None and s.native.urn in native.READS_ARROW_ROWS and s.inputs == [buffer_id]
             for s in readers)

@@ -12,25 +12,35 @@ makes exactly the row dicts Beam's own read makes.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 
-def row_dicts(table: Any) -> Iterator[dict]:
+def row_dicts(table: Any) -> list[dict]:
     """The rows of ``table`` as Beam's ReadFromParquet yields them (``_ArrowTableToRowDictionaries``)."""
-    columns = table.to_pydict().items()
-    for n in range(table.num_rows):
-        yield {name: values[n] for name, values in columns}
+    names = table.column_names
+    if len(set(names)) == len(names):
+        return table.to_pylist()  # the same dicts, built faster
+    columns = table.to_pydict().items()  # repeated names: the last column wins, as in Beam
+    return [{name: values[n] for name, values in columns} for n in range(table.num_rows)]
+
+
+def bounded_values(values: Iterable[Any]) -> Iterator[WindowedValue]:
+    """``values`` as a bounded read's elements: global window, the minimum timestamp."""
+    # with_value copies the template's fields; building a WindowedValue
+    # converts the Timestamp again for every element, twice the cost.
+    template = WindowedValue(None, MIN_TIMESTAMP, (GlobalWindow(),))
+    with_value = template.with_value
+    for value in values:
+        yield with_value(value)
 
 
 def table_values(table: Any) -> Iterator[WindowedValue]:
-    """The elements standing for ``table``'s rows: global window, the minimum timestamp, as a bounded read's."""
-    windows = (GlobalWindow(),)
-    for row in row_dicts(table):
-        yield WindowedValue(row, MIN_TIMESTAMP, windows)
+    """The elements standing for ``table``'s rows."""
+    return bounded_values(row_dicts(table))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,9 +15,9 @@ import dataclasses
 import functools
 from typing import Any, Iterator
 
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
+
+from beam_ext.runner.native._arrow_rows import bounded_values
 
 CREATE_URN = "beam_ext:create:v1"
 
@@ -32,10 +32,7 @@ class CreateConfig:
 
 
 def _decoded(coder: Any, encoded: Iterator[bytes]) -> Iterator[WindowedValue]:
-    decode = coder.decode
-    windows = (GlobalWindow(),)
-    for value in encoded:
-        yield WindowedValue(decode(value), MIN_TIMESTAMP, windows)
+    return bounded_values(map(coder.decode, encoded))
 
 
 def create_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:

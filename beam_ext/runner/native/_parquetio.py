@@ -26,11 +26,8 @@ import itertools
 from typing import Any, Iterator
 
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_ext.runner.native._arrow_rows import ArrowRows
+from beam_ext.runner.native._arrow_rows import ArrowRows, bounded_values
 from beam_ext.runner.native._file_sink import write_shards
 
 READ_PARQUET_URN = "beam_ext:parquetio:read_from_parquet:v1"
@@ -111,12 +108,6 @@ def read_tables(config: ParquetReadConfig, ctx: Any) -> Any:
     return sc.parallelize(parts, len(parts)).flatMap(functools.partial(_read_part, config))
 
 
-def _windowed(values: Iterator[Any]) -> Iterator[WindowedValue]:
-    windows = (GlobalWindow(),)
-    for value in values:
-        yield WindowedValue(value, MIN_TIMESTAMP, windows)
-
-
 def read_parquet_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ArrowRows:
     """SparkRunner's ReadFromParquet: the row dicts, held as Arrow tables."""
     from apache_beam.internal import pickler
@@ -128,7 +119,7 @@ def read_parquet_batched_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     """SparkRunner's ReadFromParquetBatched: one ``pyarrow.Table`` per row group."""
     from apache_beam.internal import pickler
 
-    return read_tables(pickler.loads(payload), ctx).mapPartitions(_windowed)
+    return read_tables(pickler.loads(payload), ctx).mapPartitions(bounded_values)
 
 
 # -- writing ---------------------------------------------------------------

@@ -21,12 +21,10 @@ import logging
 from typing import Any, Iterator
 
 import numpy as np
-from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_ext._key_hash import key_hash, untyped_key_coder
-from beam_ext.runner.native._arrow_rows import ArrowRows, row_dicts
+from beam_ext.runner.native._arrow_rows import ArrowRows, bounded_values, row_dicts
 from beam_ext.transforms.sliding._plan import _Plan
 from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns
 
@@ -35,8 +33,8 @@ _LOG = logging.getLogger("beam_ext.runner")
 
 def _partition(plan: _Plan, items: Iterator[tuple[Any, tuple[float, Any]]]) -> Iterator[Any]:
     groups, times, wvs = [], [], []
-    for (key, _), (t, wv) in items:
-        groups.append((key, wv.windows))
+    for group, (t, wv) in items:
+        groups.append(group)  # (encoded key, windows as a tuple)
         times.append(t)
         wvs.append(wv)
     feats = compute_batch(plan, groups, np.asarray(times, dtype=np.float64), [wv.value for wv in wvs])
@@ -55,7 +53,7 @@ def sliding_on_rdd(plan: _Plan, rdd: Any, parallelism: int) -> Any:
     def keyed(wv: Any) -> tuple:
         event = wv.value
         t = plan.event_time(event, wv.timestamp.micros / 1e6)
-        return (coder.encode(plan.key(event)), wv.windows), (t, wv)
+        return (coder.encode(plan.key(event)), tuple(wv.windows)), (t, wv)
 
     return (rdd.map(keyed)
             .partitionBy(parallelism, lambda k: key_hash(k[0]))
@@ -147,9 +145,10 @@ def _table_parts(plan: _Plan, partitions: int, table: Any) -> Iterator[tuple[int
 
 
 def _arrow_partition(plan: _Plan, parts: Iterator[tuple]) -> Iterator[Any]:
+    """The ``(event, features)`` elements of one key partition's tables."""
     parts = list(parts)
     if not parts:
-        return
+        return iter(())
     codes: dict[bytes, int] = {}
     key_codes = np.concatenate([
         np.asarray([codes.setdefault(e, len(codes)) for e in encoded], dtype=np.int64)[index]
@@ -163,11 +162,9 @@ def _arrow_partition(plan: _Plan, parts: Iterator[tuple]) -> Iterator[Any]:
             columns.append(_codes(v for p in parts for v in p[4][ci]))
     feats = compute_columns(plan, key_codes, times, columns)
     names = [name for name, _, _ in plan.features]
-    rows = zip(*(feats[name] for name in names))
-    windows = (GlobalWindow(),)
-    for table, *_ in parts:
-        for event in row_dicts(table):
-            yield WindowedValue((event, dict(zip(names, next(rows)))), MIN_TIMESTAMP, windows)
+    features = [dict(zip(names, row)) for row in zip(*(feats[name] for name in names))]
+    events = [event for table, *_ in parts for event in row_dicts(table)]
+    return bounded_values(zip(events, features))
 
 
 def sliding_on_arrow_rows(plan: _Plan, rows: ArrowRows, parallelism: int) -> Any:

@@ -27,10 +27,9 @@ from typing import Any, Iterable, Iterator
 from apache_beam.coders import coders
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
+from beam_ext.runner.native._arrow_rows import bounded_values
 from beam_ext.runner.native._file_sink import write_shards
 
 READ_TEXT_URN = "beam_ext:textio:read_from_text:v1"
@@ -80,15 +79,17 @@ def _decoder(coder: Any):
 
 
 def _decoded(pattern: str, coder: Any, records: Iterable[bytes]) -> Iterator[WindowedValue]:
+    return bounded_values(_decoded_values(pattern, coder, records))
+
+
+def _decoded_values(pattern: str, coder: Any, records: Iterable[bytes]) -> Iterator[Any]:
     decode = _decoder(coder)
-    windows = (GlobalWindow(),)
     for record in records:
         try:
-            value = decode(record)
+            yield decode(record)
         except UnicodeDecodeError as e:
             raise ValueError(f"ReadFromText({pattern!r}): a line is not valid UTF-8 ({e}); "
                              f"its first bytes: {bytes(record[:80])!r}") from e
-        yield WindowedValue(value, MIN_TIMESTAMP, windows)
 
 
 def _range_records(path: str, start: int, end: int) -> Iterator[bytes]:

@@ -23,6 +23,7 @@ from beam_ext.runner._shuffle import ShuffleWriter
 from beam_ext.runner.planning._phases import SDF_PROCESS_URN
 from beam_ext.runner.planning._test_stream import TestStreamSpec, test_stream_spec
 from beam_ext.runner.worker import StageSpec
+from beam_ext.runner.worker._direct import DirectChain, direct_chain
 
 
 @dataclasses.dataclass
@@ -71,6 +72,8 @@ class PlannedStage:
     spread: bool = False  # SDF processing: spread input elements over partitions
     test_stream: TestStreamSpec | None = None  # streaming: the runner replays its events
     source_pcolls: tuple[str, ...] = ()  # outputs of its SDF reads: what a stream counts as input
+    # Only Map-like steps: the batch executor may run them on element objects next to a native step.
+    direct: DirectChain | None = None
 
     @property
     def label(self) -> str:
@@ -224,7 +227,15 @@ class StagePlanner:
             partitions=self._partitions,
             state_backend=self.state[0] if planned.keyed else "memory",
             state_memory_bytes=self.state[1])
+        if (not self.streaming and not planned.keyed and not planned.spread and not side_inputs
+                and not shuffle_writers and not stage.timers and len(inputs) == 1 and len(outputs) == 1):
+            planned.direct = direct_chain(stage.transforms, input_coders[0], self._channel_coder(output_pcolls[0]),
+                                          self._window_fn)
         return planned
+
+    def _window_fn(self, pcoll: str):
+        strategy = self._components.pcollections[pcoll].windowing_strategy_id
+        return self._pipeline_context.windowing_strategies[strategy].windowfn
 
     def _set_port(self, transform: beam_runner_api_pb2.PTransform, pcoll: str) -> None:
         port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=self._context.data_channel_coders[pcoll])

@@ -1,0 +1,150 @@
+"""Map-like stages next to native steps run on element objects, with Beam's results.
+
+Oracles: DirectRunner on the same pipeline, and plain Python on the same
+lines. Also checked: user metrics count under their step, errors name the
+step, timestamps and windows of outputs follow Beam's rules.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import random
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.transforms.window import TimestampedValue
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from beam_ext import SlidingAggregate, SlidingWindow, agg
+from beam_ext.runner import PipelineError, SparkRunner
+
+DIRECT = "runs its steps on element objects"
+
+
+def _lines(path, lines) -> str:
+    path.write_text("".join(line + "\n" for line in lines))
+    return str(path)
+
+
+def _read_lines(prefix: str) -> list[str]:
+    return sorted(line.rstrip("\n") for f in glob.glob(prefix + "*") for line in open(f))
+
+
+def _shout(word, suffix):
+    return word.upper() + suffix
+
+
+def _words(line):
+    words = line.split()
+    return words or None  # None: no output, as Beam's FlatMap treats it
+
+
+def _chain(p, path, out):
+    return (p | beam.io.ReadFromText(path) | beam.FlatMap(_words) | beam.Filter(lambda w: len(w) > 1)
+            | beam.Map(_shout, "!") | beam.MapTuple(lambda a, *rest: a + "".join(rest)) | beam.io.WriteToText(out))
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(st.text(alphabet="ab c", max_size=12), min_size=1, max_size=40))
+def test_a_chain_between_native_steps_equals_plain_python(spark, tmp_path_factory, lines):
+    tmp = tmp_path_factory.mktemp("chain")
+    path = _lines(tmp / "in.txt", lines)
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        _chain(p, path, str(tmp / "out"))
+    want = sorted(w.upper() + "!" for line in lines for w in line.split() if len(w) > 1)
+    assert _read_lines(str(tmp / "out")) == want
+
+
+def test_the_direct_path_is_taken_and_equals_direct_runner(spark, tmp_path, caplog):
+    path = _lines(tmp_path / "in.txt", [f"w{i % 7} x{i} y" for i in range(300)])
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _chain(p, path, str(tmp_path / "spark"))
+    assert DIRECT in caplog.text
+    with beam.Pipeline(runner="DirectRunner") as p:
+        _chain(p, path, str(tmp_path / "direct"))
+    assert _read_lines(str(tmp_path / "spark")) == _read_lines(str(tmp_path / "direct"))
+
+
+class _Counting:
+    def __init__(self):
+        self.seen = Metrics.counter("direct", "seen")
+        self.sizes = Metrics.distribution("direct", "size")
+
+    def __call__(self, line):
+        self.seen.inc()
+        self.sizes.update(len(line))
+        return line
+
+
+def test_user_metrics_count_under_their_step(spark, tmp_path):
+    path = _lines(tmp_path / "in.txt", ["a", "bb", "ccc"] * 10)
+    p = beam.Pipeline(runner=SparkRunner())
+    _ = (p | beam.io.ReadFromText(path) | "Count" >> beam.Map(_Counting())
+         | "Again" >> beam.Map(_Counting()) | beam.io.WriteToText(str(tmp_path / "out")))
+    result = p.run()
+    result.wait_until_finish()
+    counters = result.metrics().query(MetricsFilter().with_name("seen"))["counters"]
+    assert sorted((c.key.step, c.committed) for c in counters) == [("Again", 30), ("Count", 30)]
+    [sizes] = result.metrics().query(MetricsFilter().with_name("size").with_step("Count"))["distributions"]
+    assert (sizes.committed.count, sizes.committed.sum, sizes.committed.min, sizes.committed.max) == (30, 60, 1, 3)
+
+
+def _explode(line):
+    if line == "bad":
+        raise ValueError(f"cannot take {line!r}")
+    return line
+
+
+def test_an_error_names_the_step_and_shows_the_traceback(spark, tmp_path):
+    path = _lines(tmp_path / "in.txt", ["ok", "bad", "ok"])
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = p | beam.io.ReadFromText(path) | "Explode" >> beam.Map(_explode) | beam.io.WriteToText(
+                str(tmp_path / "out"))
+    message = str(info.value)
+    assert "Beam step 'Explode'" in message
+    assert "ValueError: cannot take 'bad'" in message and "_explode" in message
+    assert info.value.step == "Explode"
+
+
+def test_a_tagged_output_fails_naming_the_step(spark, tmp_path):
+    path = _lines(tmp_path / "in.txt", ["x"])
+    with pytest.raises(PipelineError, match="'Tag'"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = (p | beam.io.ReadFromText(path) | "Tag" >> beam.Map(lambda x: beam.pvalue.TaggedOutput("t", x))
+                 | beam.io.WriteToText(str(tmp_path / "out")))
+
+
+PAYMENTS = pa.schema([("id", pa.int64()), ("card", pa.string()), ("ts", pa.float64()), ("amount", pa.float64())])
+FEATURES = pa.schema([("id", pa.int64()), ("n_10s", pa.int64()), ("total_10s", pa.float64())])
+
+
+def _timestamped_features(runner, path: str, out: str) -> list[str]:
+    # The Map gives each event its timestamp; SlidingAggregate without a
+    # timestamp field reads the element timestamp: a lost timestamp shows.
+    with beam.Pipeline(runner=runner) as p:
+        _ = (p | beam.io.ReadFromParquet(path)
+             | beam.Map(lambda r: TimestampedValue(r, r["ts"]))
+             | SlidingAggregate(key="card", windows={"10s": SlidingWindow(10)},
+                                aggregations={"n": agg.count(), "total": agg.sum("amount")})
+             | beam.Map(lambda ef: {"id": ef[0]["id"], **ef[1]})
+             | beam.io.WriteToParquet(out, FEATURES))
+    return sorted(json.dumps(r, sort_keys=True) for f in glob.glob(out + "*") for r in pq.read_table(f).to_pylist())
+
+
+def test_timestamped_outputs_keep_their_timestamps(spark, tmp_path, caplog):
+    rng = random.Random(2)
+    rows = [{"id": i, "card": rng.choice("ab"), "ts": rng.randint(0, 100) / 2, "amount": float(i)} for i in range(200)]
+    path = str(tmp_path / "p.parquet")
+    pq.write_table(pa.Table.from_pylist(rows, schema=PAYMENTS), path)
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        got = _timestamped_features(SparkRunner(), path, str(tmp_path / "spark" / "f"))
+    assert caplog.text.count(DIRECT) == 2
+    assert got == _timestamped_features("DirectRunner", path, str(tmp_path / "direct" / "f"))
