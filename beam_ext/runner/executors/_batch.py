@@ -152,6 +152,7 @@ class BatchExecutor:
         self._native_counters: list[tuple[str, str, Any]] = []  # (stage, step, accumulator)
         # Buffers a native step left as Arrow tables for native readers of columns.
         self._arrow_rows: dict[bytes, native.ArrowRows] = {}
+        self._one_by_one = False  # set when stages are run one Spark job each, to name a failing step
         # Buffers left as RDDs of WindowedValue objects, between native steps
         # and the Map-like stages next to them: no encode and decode in between.
         self._values: dict[bytes, Any] = {}
@@ -204,6 +205,7 @@ class BatchExecutor:
 
     def _run_stage_by_stage(self) -> None:
         self._readers = {}  # nothing shared: every stage is persisted and computed on its own
+        self._one_by_one = True  # natives too, and no objects handed between steps
         for stage in self._plan.stages:
             self._chained = []
             if stage.native is not None:
@@ -281,7 +283,8 @@ class BatchExecutor:
         """Adds ``stage`` to the lineage; the next Spark action computes it."""
         from pyspark import StorageLevel
 
-        if stage.direct is not None and (stage.inputs[0] in self._values or self._objects_read(stage.outputs[0])):
+        if stage.direct is not None and not self._one_by_one and (
+                stage.inputs[0] in self._values or self._objects_read(stage.outputs[0])):
             self._chain_direct(stage)
             return
         records = self._stage_input(stage)
@@ -391,18 +394,19 @@ class BatchExecutor:
         with self._action(stage):
             out = fn(spec.payload, values, context)
             if isinstance(out, native.ArrowRows):
-                if stage.outputs and all(self._reads_arrow_rows(buffer_id) for buffer_id in stage.outputs):
+                if (not self._one_by_one and stage.outputs
+                        and all(self._reads_arrow_rows(buffer_id) for buffer_id in stage.outputs)):
                     self._chained.append(stage)
                     for buffer_id in stage.outputs:
                         self._arrow_rows[buffer_id] = out
                     return
                 out = out.values()
-            if len(stage.outputs) == 1 and self._objects_read(stage.outputs[0]):
+            if not self._one_by_one and len(stage.outputs) == 1 and self._objects_read(stage.outputs[0]):
                 self._chained.append(stage)
                 self._values[stage.outputs[0]] = out
                 return
             out = out.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
-            if readers <= 1:
+            if readers <= 1 and not self._one_by_one:
                 # Read once (or never): computed in the same pass as its reader,
                 # as a fused Beam step would be, instead of persisted first.
                 self._chained.append(stage)

@@ -37,6 +37,7 @@ from apache_beam.portability import common_urns, python_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.runners.worker import bundle_processor
 
+from beam_ext.errors import BeamExtError
 from beam_ext.runner.worker._setup import WorkerSetup
 
 
@@ -169,7 +170,7 @@ class _State:
 _STEP_TAG = "[while running '%s']"
 
 
-class StepFailed(RuntimeError):
+class StepFailed(BeamExtError, RuntimeError):
     """A step of a direct chain raised; the message names it as Beam's bundle processor does."""
 
 
