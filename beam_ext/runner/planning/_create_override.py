@@ -8,24 +8,20 @@ then runs it as one Spark step.
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.internal import pickler
 from apache_beam.pipeline import PTransformOverride
 
 from beam_ext.runner.native._create import CREATE_URN, CreateConfig
-from beam_ext.transforms._native import native_annotations
+from beam_ext.runner.planning._io_overrides import NativeSubclass
 
 
-class _NativeCreate(beam.Create):
+class _NativeCreate(NativeSubclass, beam.Create):
     """Beam's Create, same expansion, naming SparkRunner's native step."""
 
-    def __init__(self, original: beam.Create) -> None:  # copies, not re-initialises: keeps label and coder
-        self.__dict__.update(original.__dict__)
+    _native_urn, _beam_type = CREATE_URN, "apache_beam.transforms.core.Create"
 
-    def annotations(self):
-        config = CreateConfig(encoded=[self._coder.encode(v) for v in self.values], coder=self._coder,
-                              reshuffle=self.reshuffle)
-        return {**super().annotations(), "python_type": "apache_beam.transforms.core.Create",
-                **native_annotations(CREATE_URN, pickler.dumps(config))}
+    def _native_config(self) -> CreateConfig:
+        return CreateConfig(encoded=[self._coder.encode(v) for v in self.values], coder=self._coder,
+                            reshuffle=self.reshuffle)
 
 
 class CreateOverride(PTransformOverride):

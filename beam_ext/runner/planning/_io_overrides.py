@@ -14,6 +14,7 @@ such as ReadFromTextWithFilename) is left as it is, and the reason is logged.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from apache_beam.internal import pickler
 from apache_beam.io import parquetio, textio
@@ -91,82 +92,73 @@ def _write_parquet_unsupported(transform) -> str | None:
     return _sink_unsupported(transform._sink, parquetio._ParquetSink)
 
 
-class _NativeReadFromText(textio.ReadFromText):
-    """Beam's ReadFromText, same expansion, naming SparkRunner's native read."""
+class NativeSubclass:
+    """Mixin: a copy of a Beam transform, expanding as Beam's, whose annotations name its native step.
 
-    def __init__(self, original: textio.ReadFromText) -> None:  # copies, not re-initialises: keeps label and options
+    A subclass lists it before Beam's class, sets ``_native_urn`` and
+    ``_beam_type`` (Beam's class path, kept as the ``python_type``
+    annotation) and defines ``_native_config()``, what the native step gets.
+    """
+
+    _native_urn: str
+    _beam_type: str
+
+    def __init__(self, original: Any) -> None:  # copies, not re-initialises: keeps label and options
         self.__dict__.update(original.__dict__)
 
+    def _native_config(self) -> Any:
+        raise NotImplementedError
+
     def annotations(self):
+        return {**super().annotations(), "python_type": self._beam_type,  # type: ignore[misc]
+                **native_annotations(self._native_urn, pickler.dumps(self._native_config()))}
+
+
+class _NativeReadFromText(NativeSubclass, textio.ReadFromText):
+    _native_urn, _beam_type = READ_TEXT_URN, "apache_beam.io.textio.ReadFromText"
+
+    def _native_config(self) -> ReadConfig:
         source = self._source
-        config = ReadConfig(pattern=source._pattern.get(), compression_type=source._compression_type,
-                            coder=source._coder, skip_header_lines=source._skip_header_lines)
-        return {**super().annotations(), "python_type": "apache_beam.io.textio.ReadFromText",
-                **native_annotations(READ_TEXT_URN, pickler.dumps(config))}
+        return ReadConfig(pattern=source._pattern.get(), compression_type=source._compression_type,
+                          coder=source._coder, skip_header_lines=source._skip_header_lines)
 
 
-class _NativeWriteToText(textio.WriteToText):
-    """Beam's WriteToText, same expansion, naming SparkRunner's native write."""
+class _NativeWriteToText(NativeSubclass, textio.WriteToText):
+    _native_urn, _beam_type = WRITE_TEXT_URN, "apache_beam.io.textio.WriteToText"
 
-    def __init__(self, original: textio.WriteToText) -> None:  # copies, not re-initialises: keeps label and options
-        self.__dict__.update(original.__dict__)
-
-    def annotations(self):
-        return {**super().annotations(), "python_type": "apache_beam.io.textio.WriteToText",
-                **native_annotations(WRITE_TEXT_URN, pickler.dumps(self._sink))}
+    def _native_config(self) -> Any:
+        return self._sink
 
 
-def _parquet_read_config(transform) -> ParquetReadConfig:
-    source = transform._source
-    columns = source._columns
-    return ParquetReadConfig(pattern=source._pattern.get(), columns=None if columns is None else tuple(columns),
-                             compression_type=source._compression_type)
+class _ReadsParquet(NativeSubclass):
+    def _native_config(self) -> ParquetReadConfig:
+        source = self._source
+        columns = source._columns
+        return ParquetReadConfig(pattern=source._pattern.get(), columns=None if columns is None else tuple(columns),
+                                 compression_type=source._compression_type)
 
 
-class _NativeReadFromParquet(parquetio.ReadFromParquet):
-    """Beam's ReadFromParquet, same expansion, naming SparkRunner's native read."""
-
-    def __init__(self, original: parquetio.ReadFromParquet) -> None:
-        self.__dict__.update(original.__dict__)
-
-    def annotations(self):
-        return {**super().annotations(), "python_type": "apache_beam.io.parquetio.ReadFromParquet",
-                **native_annotations(READ_PARQUET_URN, pickler.dumps(_parquet_read_config(self)))}
+class _NativeReadFromParquet(_ReadsParquet, parquetio.ReadFromParquet):
+    _native_urn, _beam_type = READ_PARQUET_URN, "apache_beam.io.parquetio.ReadFromParquet"
 
 
-class _NativeReadFromParquetBatched(parquetio.ReadFromParquetBatched):
-    """Beam's ReadFromParquetBatched, same expansion, naming SparkRunner's native read."""
-
-    def __init__(self, original: parquetio.ReadFromParquetBatched) -> None:
-        self.__dict__.update(original.__dict__)
-
-    def annotations(self):
-        return {**super().annotations(), "python_type": "apache_beam.io.parquetio.ReadFromParquetBatched",
-                **native_annotations(READ_PARQUET_BATCHED_URN, pickler.dumps(_parquet_read_config(self)))}
+class _NativeReadFromParquetBatched(_ReadsParquet, parquetio.ReadFromParquetBatched):
+    _native_urn, _beam_type = READ_PARQUET_BATCHED_URN, "apache_beam.io.parquetio.ReadFromParquetBatched"
 
 
-class _NativeWriteToParquet(parquetio.WriteToParquet):
-    """Beam's WriteToParquet, same expansion, naming SparkRunner's native write."""
+class _NativeWriteToParquet(NativeSubclass, parquetio.WriteToParquet):
+    _native_urn, _beam_type = WRITE_PARQUET_URN, "apache_beam.io.parquetio.WriteToParquet"
 
-    def __init__(self, original: parquetio.WriteToParquet) -> None:
-        self.__dict__.update(original.__dict__)
-
-    def annotations(self):
-        config = ParquetWriteConfig(sink=self._sink, row_group_buffer_size=self._row_group_buffer_size,
-                                    record_batch_size=self._record_batch_size)
-        return {**super().annotations(), "python_type": "apache_beam.io.parquetio.WriteToParquet",
-                **native_annotations(WRITE_PARQUET_URN, pickler.dumps(config))}
+    def _native_config(self) -> ParquetWriteConfig:
+        return ParquetWriteConfig(sink=self._sink, row_group_buffer_size=self._row_group_buffer_size,
+                                  record_batch_size=self._record_batch_size)
 
 
-class _NativeWriteToParquetBatched(parquetio.WriteToParquetBatched):
-    """Beam's WriteToParquetBatched, same expansion, naming SparkRunner's native write."""
+class _NativeWriteToParquetBatched(NativeSubclass, parquetio.WriteToParquetBatched):
+    _native_urn, _beam_type = WRITE_PARQUET_BATCHED_URN, "apache_beam.io.parquetio.WriteToParquetBatched"
 
-    def __init__(self, original: parquetio.WriteToParquetBatched) -> None:
-        self.__dict__.update(original.__dict__)
-
-    def annotations(self):
-        return {**super().annotations(), "python_type": "apache_beam.io.parquetio.WriteToParquetBatched",
-                **native_annotations(WRITE_PARQUET_BATCHED_URN, pickler.dumps(ParquetWriteConfig(sink=self._sink)))}
+    def _native_config(self) -> ParquetWriteConfig:
+        return ParquetWriteConfig(sink=self._sink)
 
 
 class _IOOverride(PTransformOverride):
