@@ -98,10 +98,17 @@ def test_any_split_reads_every_row_group_once(spark, tmp_path_factory, sizes, gr
         min(group, n - i) for n in sizes for i in range(0, n, group))
 
 
-def test_a_pattern_matching_nothing_is_named(spark, tmp_path):
-    with pytest.raises(Exception, match="No files found"):
-        with beam.Pipeline(runner=SparkRunner()) as p:
-            _ = p | beam.io.ReadFromParquet(str(tmp_path / "nothing*.parquet"), validate=False)
+def test_a_pattern_matching_nothing_reads_nothing_as_on_beam(spark, tmp_path, caplog):
+    # Beam fails at construction with validate=True; with validate=False its read yields no row.
+    pattern = str(tmp_path / "nothing*.parquet")
+    with pytest.raises(OSError, match="No files found"):
+        beam.io.ReadFromParquet(pattern)
+    for runner in ("DirectRunner", SparkRunner()):
+        with caplog.at_level(logging.WARNING, logger="beam_ext.runner"):
+            with beam.Pipeline(runner=runner) as p:
+                rows = p | beam.io.ReadFromParquet(pattern, validate=False)
+                assert_that(rows | beam.combiners.Count.Globally(), equal_to([0]))
+    assert f"the pattern {pattern!r} matches no file" in caplog.text
 
 
 def _write(runner, rows, prefix: str, **kw) -> None:

@@ -1,8 +1,9 @@
 """Beam's ``apache_beam/io/parquetio_test.py`` (``TestParquet``) on SparkRunner.
 
-Beam's ``TestPipeline()`` calls run on SparkRunner through the conftest, so
-Beam's own Parquet tests check the native Parquet read and write
-(``beam_ext/runner/native/_parquetio.py``) against Beam's expectations.
+Beam's ``TestPipeline()`` calls run on SparkRunner through the conftest.
+``TestPipeline.run`` rebuilds the pipeline from its proto, so these run
+Beam's own Parquet read and write on SparkRunner, not the native ones
+(``tests/test_native_parquetio.py`` tests those).
 Skips are in the conftest's ``SKIPPED_ON_SPARK``, each with its reason
 (also in docs/runner.md). ``WriteStreamingTest`` is not included: it writes
 from an unbounded TestStream, where the runner keeps Beam's own write.
