@@ -96,6 +96,23 @@ def test_user_metrics_count_under_their_step(spark, tmp_path):
     assert (sizes.committed.count, sizes.committed.sum, sizes.committed.min, sizes.committed.max) == (30, 60, 1, 3)
 
 
+def _draw(line):
+    return f"{line} {random.random()}"
+
+
+def test_a_stage_read_twice_gives_both_readers_the_same_elements(spark, tmp_path):
+    # A PCollection is one set of elements whoever reads it. Objects handed
+    # on are not persisted: were both writes to take the Map's objects, Spark
+    # would run the Map once per write and each would see other draws.
+    path = _lines(tmp_path / "in.txt", [f"l{i}" for i in range(25)])
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        drawn = p | beam.io.ReadFromText(path) | "Draw" >> beam.Map(_draw)
+        _ = drawn | "One" >> beam.io.WriteToText(str(tmp_path / "one"))
+        _ = drawn | "Two" >> beam.io.WriteToText(str(tmp_path / "two"))
+    one = _read_lines(str(tmp_path / "one"))
+    assert len(one) == 25 and one == _read_lines(str(tmp_path / "two"))
+
+
 def _explode(line):
     if line == "bad":
         raise ValueError(f"cannot take {line!r}")

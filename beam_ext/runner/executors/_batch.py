@@ -303,6 +303,8 @@ class BatchExecutor:
 
     def _chain_direct(self, stage: PlannedStage) -> None:
         """Adds a stage of Map-like steps next to a native step, run on element objects."""
+        from pyspark import StorageLevel
+
         chain = stage.direct
         _LOG.info("stage %s runs its steps on element objects, next to a native step", stage.label)
         values = self._values.get(stage.inputs[0])
@@ -316,7 +318,13 @@ class BatchExecutor:
             self._values[buffer_id] = out
             return
         out = out.mapPartitions(functools.partial(_encode_partition, chain.output_coder))
-        if self._readers.get(buffer_id, 0) == 0:
+        readers = self._readers.get(buffer_id, 0)
+        if readers > 1:
+            # Each reader's job would run the steps again: a random or
+            # time-dependent Map would give each reader other elements.
+            out.persist(StorageLevel.MEMORY_AND_DISK)
+            self._persisted.append(out)
+        elif readers == 0:
             self._unread.append(out)
         self._write(buffer_id, out)
 
@@ -325,12 +333,15 @@ class BatchExecutor:
                 if buffer_id in s.inputs or any(spec.buffer == buffer_id for spec in s.side_inputs)]
 
     def _objects_read(self, buffer_id: bytes) -> bool:
-        """Whether every reader of ``buffer_id`` takes element objects: a native
-        step or a Map-like stage, reading it as its one main input, and
-        ``buffer_id`` is written once (a Flatten writes a buffer several times)."""
+        """Whether ``buffer_id`` is read once, by a native step or a Map-like
+        stage taking element objects as its one main input, and written once
+        (a Flatten writes a buffer several times).
+
+        Objects handed on are not persisted, so a second reader would compute
+        them again; a buffer read twice is encoded and persisted instead."""
         readers = self._readers_of(buffer_id)
         writers = sum(buffer_id in s.outputs for s in self._plan.stages)
-        return bool(readers) and writers == 1 and all(
+        return self._readers.get(buffer_id) == 1 and writers == 1 and all(
             (s.native is not None or s.direct is not None) and s.inputs == [buffer_id] for s in readers)
 
     @contextlib.contextmanager
@@ -420,9 +431,10 @@ class BatchExecutor:
             self._write(buffer_id, out)
 
     def _reads_arrow_rows(self, buffer_id: bytes) -> bool:
-        """Whether every reader of ``buffer_id`` is a native step taking Arrow tables as its input."""
+        """Whether ``buffer_id`` is read once, by a native step taking Arrow tables
+        as its input; as with objects, a buffer read twice is encoded and persisted."""
         readers = self._readers_of(buffer_id)
-        return bool(readers) and all(
+        return self._readers.get(buffer_id) == 1 and all(
             s.native is not None and s.native.urn in native.READS_ARROW_ROWS and s.inputs == [buffer_id]
             for s in readers)
 
