@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from runner_throughput import beam_gbk, beam_side_mean, beam_wordcount, make_text  # noqa: E402
+from sliding import MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
 
 # (category, tests on "file:function"); first match wins, in this order.
 # PySpark's profiler keeps only the base name of each file.
@@ -64,12 +65,14 @@ _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
      ("_shuffle.py:", "_task.py:", "_batch.py:", "_key_hash.py:", "_memory.py:", "_side_inputs.py:",
       "_group_spill.py:")),
     ("beam_ext transforms (native stages)", ("_sliding.py:", "_vectorised.py:", "_plan.py:", "numeric.py:",
-                                             "fromnumeric.py:")),
+                                             "fromnumeric.py:", "_columnar.py:", "_exact.py:", "_fields.py:")),
+    ("beam_ext native IO and element-object stages",
+     ("_parquetio.py:", "_arrow_rows.py:", "_file_sink.py:", "_create.py:", "_direct.py:")),
     ("PySpark transfer to/from the JVM (serializers, worker loop)",
      ("serializers.py:", "worker.py:", "rdd.py:", "shuffle.py:", "daemon.py:", "accumulators.py:",
       "profiler.py:", "worker_util.py:")),
     ("user code (the pipeline's functions)", ("runner_throughput.py:", "payments_features.py:",
-                                              "runner_profile.py:")),
+                                              "runner_profile.py:", "sliding.py:")),
     (_BUILTINS := "built-ins (str.split, list and dict operations, ...)", ("~:",)),
 ]
 
@@ -82,9 +85,10 @@ def _category(filename: str, func: str) -> str:
     return "other"
 
 
-def worker_profile(profile_dir: str) -> tuple[dict[str, float], list[tuple[str, float]]]:
+def worker_profile(profile_dir: str, top: int = 0) -> tuple[dict[str, float], list[tuple[str, float]]]:
     """Exclusive seconds per category, summed over every worker profile, and
-    the largest entries among built-ins and "other"."""
+    the largest entries among built-ins and "other" (among all entries: the
+    ``top`` largest, if given)."""
     totals: dict[str, float] = {}
     other: dict[str, float] = {}
     for path in glob.glob(os.path.join(profile_dir, "*.pstats")):
@@ -92,10 +96,10 @@ def worker_profile(profile_dir: str) -> tuple[dict[str, float], list[tuple[str, 
         for (filename, line, func), (_, _, tottime, _, _) in stats.items():
             category = _category(filename, func)
             totals[category] = totals.get(category, 0.0) + tottime
-            if category in ("other", _BUILTINS):
+            if top or category in ("other", _BUILTINS):
                 where = f"{os.path.basename(filename)}:{line}({func})"
                 other[where] = other.get(where, 0.0) + tottime
-    return totals, sorted(other.items(), key=lambda kv: -kv[1])[:6]
+    return totals, sorted(other.items(), key=lambda kv: -kv[1])[:top or 6]
 
 
 def spark_jobs(ui: str, since: int) -> list[dict]:
@@ -136,7 +140,7 @@ def _last_job(sc) -> int:
     return max(ids) if ids else -1
 
 
-def profile(name: str, build, spark, out: dict) -> None:
+def profile(name: str, build, spark, out: dict, top: int = 0) -> None:
     from beam_ext.runner import SparkRunner
 
     sc = spark.sparkContext
@@ -155,7 +159,7 @@ def profile(name: str, build, spark, out: dict) -> None:
     profile_dir = tempfile.mkdtemp(prefix="beam_ext_profile_")
     try:
         sc.dump_profiles(profile_dir)
-        categories, other = worker_profile(profile_dir)
+        categories, other = worker_profile(profile_dir, top)
     finally:
         shutil.rmtree(profile_dir, ignore_errors=True)
     out[name] = dict(wall=wall, jobs=jobs, categories=categories, other=other)
@@ -167,6 +171,9 @@ def profile(name: str, build, spark, out: dict) -> None:
               f"- {job['description'][:80]}", flush=True)
     for category, seconds in sorted(categories.items(), key=lambda kv: -kv[1]):
         print(f"  {100 * seconds / total:5.1f}%  {seconds:7.2f} s  {category}", flush=True)
+    if top:
+        for where, seconds in other:
+            print(f"  {seconds:7.2f} s  {where}", flush=True)
 
 
 def unprofiled_walls(quick: bool) -> dict[str, float]:
@@ -193,12 +200,18 @@ def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
     pairs = n
     payments = payments_features.generate_payments(500 if quick else 5_000)
     out_dir = os.path.join(tmp, "features")
+    events = 20_000 if quick else 1_000_000
+    events_path = os.path.join(tmp, "events.parquet")
+    write_parquet(make_data(events, 100), events_path)
+    sliding_out = os.path.join(tmp, "sliding")
     return [
         (f"wordcount, {n:,} words", lambda p: beam_wordcount(p, words)),
         (f"GroupByKey, {pairs:,} pairs, {pairs // 2:,} keys", lambda p: beam_gbk(p, pairs, pairs // 2)),
         (f"per-key mean with a side-input dict, {n:,} words", lambda p: beam_side_mean(p, words)),
         (f"demo pipeline, {len(payments):,} payments",
          lambda p: payments_features.build(p, payments, out_dir)),
+        (f"ReadFromParquet -> SlidingAggregate (1 minute) -> WriteToParquet, {events:,} events",
+         lambda p: build_sliding(p, events_path, MINUTE, sliding_out)),
     ]
 
 
@@ -279,18 +292,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks"))
+    parser.add_argument("--only", help="profile only the pipelines whose name contains this; writes no report")
+    parser.add_argument("--top", type=int, default=0, help="with --only: print the N costliest functions")
     args = parser.parse_args()
-    walls = unprofiled_walls(args.quick)
+    walls = {} if args.only else unprofiled_walls(args.quick)
     spark = _session(True)
     tmp = tempfile.mkdtemp(prefix="beam_ext_profile_")
     results: dict = {}
     try:
         for name, build in _cases(args.quick, tmp):
-            profile(name, build, spark, results)
+            if args.only is None or args.only in name:
+                profile(name, build, spark, results, args.top if args.only else 0)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()
-    write_report(results, walls, args.out, args.quick)
+    if args.only is None:
+        write_report(results, walls, args.out, args.quick)
 
 
 if __name__ == "__main__":

@@ -237,22 +237,30 @@ def spark_sql_to_parquet(spark, path: str, size: float, out: str) -> None:
      .write.mode("overwrite").parquet(out))
 
 
-def sliding_beam_pipeline(path: str, size: float, out: str) -> None:
-    """The Beam pipeline users write, submitted to SparkRunner: Parquet in, features to Parquet."""
+def build_sliding(p, path: str, size: float, out: str) -> None:
+    """The Beam pipeline users write: Parquet in, features to Parquet."""
     import apache_beam as beam
     import pyarrow as pa
 
-    from beam_ext.runner import SparkRunner
     from beam_ext.transforms import SlidingAggregate
 
     schema = pa.schema([(name, getattr(pa, kind)()) for name, kind in OUT_COLUMNS])
+    _ = (p | beam.io.ReadFromParquet(path)
+         | SlidingAggregate(key="key", timestamp="ts", windows={"w": SlidingWindow(size)},
+                            aggregations={"n": agg.count(), "s": agg.sum("amount"),
+                                          "mu": agg.mean("amount")})
+         | beam.Map(lambda ef: {"id": ef[0]["id"], **ef[1]})
+         | beam.io.WriteToParquet(os.path.join(out, "part"), schema))
+
+
+def sliding_beam_pipeline(path: str, size: float, out: str) -> None:
+    """:func:`build_sliding`, submitted to SparkRunner."""
+    import apache_beam as beam
+
+    from beam_ext.runner import SparkRunner
+
     with beam.Pipeline(runner=SparkRunner()) as p:
-        _ = (p | beam.io.ReadFromParquet(path)
-             | SlidingAggregate(key="key", timestamp="ts", windows={"w": SlidingWindow(size)},
-                                aggregations={"n": agg.count(), "s": agg.sum("amount"),
-                                              "mu": agg.mean("amount")})
-             | beam.Map(lambda ef: {"id": ef[0]["id"], **ef[1]})
-             | beam.io.WriteToParquet(os.path.join(out, "part"), schema))
+        build_sliding(p, path, size, out)
 
 
 def _read_features(directory: str) -> dict[str, np.ndarray]:

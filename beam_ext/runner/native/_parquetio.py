@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import itertools
 import logging
+import operator
 from typing import Any, Iterator
 
 from apache_beam.io.filesystems import FileSystems
@@ -136,11 +137,17 @@ def _batch(schema: Any, rows: list) -> Any:
     """A record batch of ``rows``, column by column, as Beam's ``_flush_buffer`` makes it."""
     import pyarrow as pa
 
+    plain = set(map(type, rows)) == {dict}
     arrays = []
     for field in schema:
         name = field.name
         # Beam: a nullable field missing from a row is null; a required one raises KeyError.
-        values = [row[name] if name in row else None for row in rows] if field.nullable else [row[name] for row in rows]
+        if not field.nullable:
+            values = list(map(operator.itemgetter(name), rows))
+        elif plain:
+            values = list(map(dict.get, rows, itertools.repeat(name)))  # a third faster than the test
+        else:
+            values = [row[name] if name in row else None for row in rows]
         arrays.append(pa.array(values, type=field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 

@@ -26,7 +26,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from beam_ext._key_hash import key_hash, untyped_key_coder
 from beam_ext.runner.native._arrow_rows import ArrowRows, bounded_values, row_dicts
 from beam_ext.transforms.sliding._plan import _Plan
-from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns
+from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns, feature_dicts
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -161,8 +161,7 @@ def _arrow_partition(plan: _Plan, parts: Iterator[tuple]) -> Iterator[Any]:
         else:
             columns.append(_codes(v for p in parts for v in p[4][ci]))
     feats = compute_columns(plan, key_codes, times, columns)
-    names = [name for name, _, _ in plan.features]
-    features = [dict(zip(names, row)) for row in zip(*(feats[name] for name in names))]
+    features = feature_dicts(feats, len(key_codes))
     events = [event for table, *_ in parts for event in row_dicts(table)]
     return bounded_values(zip(events, features))
 
