@@ -108,13 +108,17 @@ def compute_columns(plan: _Plan, key_codes: np.ndarray, times: np.ndarray, colum
     kd, td = kc_all[data], times[data]
     columns = [np.asarray(c)[data] for c in columns]
 
-    # Positions of every edge for every query: data codes vs bound codes.
-    bounds = [tq - off for off in plan.offsets]
-    uniq = np.unique(np.concatenate([td] + bounds))
+    # Positions of every edge for every query, queries in key-sorted order
+    # (sorted queries search memory in order). A data row's code is (key,
+    # rank of its time among the data's distinct times); the rows at or
+    # before bound b of key k are those whose code is below (k, number of
+    # distinct times <= b).
+    uniq = np.unique(td)
     width = np.int64(len(uniq) + 1)
     data_code = kd * width + np.searchsorted(uniq, td)
-    pos = [np.searchsorted(data_code, kq * width + np.searchsorted(uniq, b), side="right")
-           for b in bounds]
+    kq_code = kq * width
+    pos = [np.searchsorted(data_code, kq_code + np.searchsorted(uniq, tq - off, side="right"))
+           for off in plan.offsets]
 
     # One Column per plan column: helpers built once are shared by every aggregation and window.
     cols: dict[int, Column] = {}
