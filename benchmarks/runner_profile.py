@@ -13,6 +13,7 @@ seconds; the wall time without the profiler is printed beside.
 
     python benchmarks/runner_profile.py            # writes docs/benchmarks/runner_profile.md
     python benchmarks/runner_profile.py --quick    # smoke run
+    python benchmarks/runner_profile.py --only SlidingAggregate --top 30   # one pipeline, its costliest functions
 """
 from __future__ import annotations
 
@@ -43,7 +44,10 @@ _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
      ("~:<method 'acquire' of '_thread", "~:<method 'recv", "~:<method 'readinto",
       "~:<built-in method select", "~:<method 'poll'", "~:<built-in method time.sleep",
       "threading.py:wait", "socket.py:readinto")),
-    ("text read (Beam's textio SDF machinery, or the native reader)",
+    # Before the reads below: "parquetio.py:" would also match beam_ext's _parquetio.py.
+    ("beam_ext native IO (Parquet read and write, file shards, Create) and element-object stages",
+     ("_parquetio.py:", "_arrow_rows.py:", "_file_sink.py:", "_create.py:", "_direct.py:")),
+    ("file read (Beam's textio and parquetio SDF machinery, or the native text reader)",
      # "textio.py:" also matches the native reader, beam_ext's _textio.py.
      ("textio.py:", "iobase.py:", "sdf_utils.py:", "range_trackers.py:", "restriction_trackers.py:",
       "filebasedsource.py:", "filesystem.py:", "filesystems.py:", "localfilesystem.py:",
@@ -66,8 +70,6 @@ _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
       "_group_spill.py:")),
     ("beam_ext transforms (native stages)", ("_sliding.py:", "_vectorised.py:", "_plan.py:", "numeric.py:",
                                              "fromnumeric.py:", "_columnar.py:", "_exact.py:", "_fields.py:")),
-    ("beam_ext native IO and element-object stages",
-     ("_parquetio.py:", "_arrow_rows.py:", "_file_sink.py:", "_create.py:", "_direct.py:")),
     ("PySpark transfer to/from the JVM (serializers, worker loop)",
      ("serializers.py:", "worker.py:", "rdd.py:", "shuffle.py:", "daemon.py:", "accumulators.py:",
       "profiler.py:", "worker_util.py:")),

@@ -1,0 +1,75 @@
+"""Wall time of benchmark pipelines on SparkRunner, for comparing two checkouts.
+
+Runs the chosen pipelines of ``runner_throughput.py`` and the sliding
+benchmark's headline pipeline on SparkRunner (local[2], a warm session:
+the first run of each is discarded) and prints the median of the other
+runs. The ``beam_ext`` imported, on the driver and in the Python workers,
+is the one on ``PYTHONPATH``, so running it once per checkout compares two
+versions side by side on the same data:
+
+    cd /tmp && PYTHONPATH=<old checkout> python <checkout>/benchmarks/runner_ab.py wordcount sliding_1min
+    cd /tmp && PYTHONPATH=<new checkout> python <checkout>/benchmarks/runner_ab.py wordcount sliding_1min
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+import apache_beam as beam  # noqa: E402
+from runner_throughput import beam_gbk, beam_side_mean, beam_wordcount, make_text  # noqa: E402
+from sliding import DAY, MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
+
+CASES = ("wordcount", "side_mean", "gbk", "sliding_1min", "sliding_1day")
+
+
+def _builders(tmp: str, words: int, events: int) -> dict:
+    text = os.path.join(tmp, "words.txt")
+    make_text(text, words)
+    parquet = os.path.join(tmp, "events.parquet")
+    write_parquet(make_data(events, 100), parquet)
+    out = os.path.join(tmp, "out")
+    return {"wordcount": lambda p: beam_wordcount(p, text),
+            "side_mean": lambda p: beam_side_mean(p, text),
+            "gbk": lambda p: beam_gbk(p, words, words // 2),
+            "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
+            "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="+", choices=CASES)
+    parser.add_argument("--runs", type=int, default=4, help="runs per pipeline; the first warms the session")
+    parser.add_argument("--words", type=int, default=2_000_000)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    args = parser.parse_args()
+    from pyspark.sql import SparkSession
+
+    import beam_ext
+    from beam_ext.runner import SparkRunner
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.memory", "3g").getOrCreate())
+    spark.sparkContext.setLogLevel("FATAL")
+    print(f"beam_ext from {os.path.dirname(beam_ext.__file__)}", flush=True)
+    builders = _builders(tempfile.mkdtemp(prefix="runner_ab_"), args.words, args.events)
+    for name in args.cases:
+        times = []
+        for _ in range(args.runs):
+            start = time.perf_counter()
+            with beam.Pipeline(runner=SparkRunner()) as p:
+                builders[name](p)
+            times.append(time.perf_counter() - start)
+        print(f"{name}: median {statistics.median(times[1:]):.2f} s of {[round(t, 2) for t in times[1:]]}",
+              flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
