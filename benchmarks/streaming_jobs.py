@@ -1,0 +1,111 @@
+"""Spark jobs per micro-batch of a small streaming pipeline, against the cost of a trivial PySpark job.
+
+Runs ``TestStream -> WindowInto(FixedWindows(5), early firings every 2
+elements) -> GroupByKey`` on ``SparkRunner --streaming`` (local[2], one
+element and one watermark step per TestStream event), then reads Spark's
+REST API: how many Spark jobs, stages and tasks the run took, grouped by
+micro-batch (the job descriptions name it), and their wall time. For
+scale, it times trivial two-task PySpark jobs on the same session: a
+``map`` and a ``partitionBy``. When the jobs' count times that floor is most
+of the run, the cost is the number of jobs per micro-batch, not the work in
+them.
+
+    python benchmarks/streaming_jobs.py [--elements 10]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import time
+import urllib.request
+from datetime import datetime
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def _seconds(item: dict) -> float:
+    fmt = "%Y-%m-%dT%H:%M:%S.%f%Z"
+    start = datetime.strptime(item["submissionTime"].replace("GMT", "UTC"), fmt)
+    end = datetime.strptime(item["completionTime"].replace("GMT", "UTC"), fmt)
+    return (end - start).total_seconds()
+
+
+def _drain(records) -> None:
+    for _ in records:
+        pass
+
+
+def _identity(x):
+    return x
+
+
+def trivial_job_seconds(sc, runs: int = 8) -> dict[str, float]:
+    """Median wall of tiny two-task PySpark jobs (the first two runs warm up)."""
+    cases = {"map": lambda: sc.parallelize([b"x"] * 10, 2).map(_identity),
+             "partitionBy": lambda: sc.parallelize([(i, b"x") for i in range(10)], 2).partitionBy(2)}
+    out = {}
+    for name, make in cases.items():
+        times = []
+        for _ in range(runs):
+            rdd = make()
+            start = time.perf_counter()
+            rdd.foreachPartition(_drain)
+            times.append(time.perf_counter() - start)
+        out[name] = statistics.median(times[2:])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--elements", type=int, default=10)
+    args = parser.parse_args()
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms import trigger, window
+    from pyspark.sql import SparkSession
+
+    from beam_ext.runner import SparkRunner
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.default.parallelism", "2").getOrCreate())
+    sc = spark.sparkContext
+    sc.setLogLevel("FATAL")
+    stream = TestStream()
+    for i in range(args.elements):
+        stream = stream.add_elements([window.TimestampedValue(("k", i), i)]).advance_watermark_to(i)
+    stream = stream.advance_watermark_to_infinity()
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    start = time.perf_counter()
+    with beam.Pipeline(runner=SparkRunner(), options=options) as p:
+        _ = (p | stream
+             | beam.WindowInto(window.FixedWindows(5), trigger=trigger.AfterWatermark(early=trigger.AfterCount(2)),
+                               accumulation_mode=trigger.AccumulationMode.DISCARDING)
+             | beam.GroupByKey())
+    wall = time.perf_counter() - start
+
+    def get(path: str):
+        with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/{path}", timeout=30) as r:
+            return json.load(r)
+
+    app = get("applications")[0]["id"]
+    jobs = [j for j in get(f"applications/{app}/jobs") if j.get("completionTime")]
+    stages = [s for s in get(f"applications/{app}/stages") if s["status"] == "COMPLETE"]
+    batches = {m.group(1) for j in jobs if (m := re.match(r"beam_ext batch (\d+):", j.get("description") or ""))}
+    job_seconds = [_seconds(j) for j in jobs]
+    floor = trivial_job_seconds(sc)
+    print(f"pipeline wall {wall:.2f} s; micro-batches with Spark jobs: {len(batches)}")
+    print(f"Spark jobs {len(jobs)} ({sum(job_seconds):.2f} s in all, median {statistics.median(job_seconds):.3f} s), "
+          f"stages {len(stages)}, tasks {sum(s['numTasks'] for s in stages)}, "
+          f"task run {sum(s['executorRunTime'] for s in stages) / 1e3:.2f} s")
+    print(f"trivial two-task PySpark job, median: map {floor['map']:.3f} s, partitionBy {floor['partitionBy']:.3f} s")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
