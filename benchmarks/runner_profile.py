@@ -118,7 +118,7 @@ def spark_jobs(ui: str, since: int) -> list[dict]:
         parts = [stages[i] for i in job["stageIds"] if i in stages and stages[i]["status"] == "COMPLETE"]
         jobs.append(dict(
             id=job["jobId"], description=job.get("description") or job["name"],
-            seconds=_seconds(job), tasks=sum(s["numCompleteTasks"] for s in parts),
+            seconds=wall_seconds(job), tasks=sum(s["numCompleteTasks"] for s in parts),
             run=sum(s["executorRunTime"] for s in parts) / 1e3,
             deserialize=sum(s["executorDeserializeTime"] for s in parts) / 1e3,
             shuffle_write_mb=sum(s["shuffleWriteBytes"] for s in parts) / 1e6,
@@ -128,7 +128,8 @@ def spark_jobs(ui: str, since: int) -> list[dict]:
     return jobs
 
 
-def _seconds(job: dict) -> float:
+def wall_seconds(job: dict) -> float:
+    """A Spark job's or stage's wall time, from the REST API's submission and completion times."""
     from datetime import datetime
 
     fmt = "%Y-%m-%dT%H:%M:%S.%f%Z"

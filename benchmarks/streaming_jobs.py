@@ -22,16 +22,11 @@ import statistics
 import sys
 import time
 import urllib.request
-from datetime import datetime
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-
-def _seconds(item: dict) -> float:
-    fmt = "%Y-%m-%dT%H:%M:%S.%f%Z"
-    start = datetime.strptime(item["submissionTime"].replace("GMT", "UTC"), fmt)
-    end = datetime.strptime(item["completionTime"].replace("GMT", "UTC"), fmt)
-    return (end - start).total_seconds()
+from runner_profile import wall_seconds  # noqa: E402
 
 
 def _drain(records) -> None:
@@ -97,7 +92,7 @@ def main() -> None:
     jobs = [j for j in get(f"applications/{app}/jobs") if j.get("completionTime")]
     stages = [s for s in get(f"applications/{app}/stages") if s["status"] == "COMPLETE"]
     batches = {m.group(1) for j in jobs if (m := re.match(r"beam_ext batch (\d+):", j.get("description") or ""))}
-    job_seconds = [_seconds(j) for j in jobs]
+    job_seconds = [wall_seconds(j) for j in jobs]
     floor = trivial_job_seconds(sc)
     print(f"pipeline wall {wall:.2f} s; micro-batches with Spark jobs: {len(batches)}")
     print(f"Spark jobs {len(jobs)} ({sum(job_seconds):.2f} s in all, median {statistics.median(job_seconds):.3f} s), "
