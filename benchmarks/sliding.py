@@ -435,8 +435,8 @@ def run(args) -> dict:
             print(f"== headline: {args.events:,} events, {keys:,} keys", flush=True)
             results["headline"] = headline(spark, path, args.events, tmp, args.sql_limit, args.beam_limit)
         # Untimed: the first mapInArrow over the full file pays for starting
-        # its Python workers (measured: 3.4 s, then 1.7 s for the same query),
-        # which would land on whichever window comes first.
+        # its Python workers, which would land on whichever window comes first
+        # (before this warm-up, the 1-minute row carried it).
         sliding_native(spark, path, MINUTE, args.parallelism)
         for wname, size in WINDOWS.items():
             native = timed(spark, lambda: sliding_native(spark, path, size, args.parallelism), 10 * args.sql_limit)

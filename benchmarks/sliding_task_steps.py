@@ -103,6 +103,8 @@ def main() -> None:
     events = sum(p[0].num_rows for p in parts)
     best = {name: min(run[name] for run in runs) for name in runs[0]}
     total = sum(best.values())
+    print("A profile of one task's own work, run by hand without Spark; not an end-to-end figure "
+          "(the headline is benchmarks/sliding.py: the Beam pipeline on SparkRunner against Spark SQL).")
     print(f"{events:,} events (key partition 1 of {args.partitions}), window {args.window:g} s, "
           f"collector threshold {gc.get_threshold()[0]:,}; best of {args.repeat}")
     print("| step | s | share | us/event |\n|---|---:|---:|---:|")

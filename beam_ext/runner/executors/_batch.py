@@ -281,8 +281,6 @@ class BatchExecutor:
 
     def _chain_stage(self, stage: PlannedStage, persist: bool = False) -> None:
         """Adds ``stage`` to the lineage; the next Spark action computes it."""
-        from pyspark import StorageLevel
-
         if stage.direct is not None and not self._one_by_one and (
                 stage.inputs[0] in self._values or self._objects_read(stage.outputs[0])):
             self._chain_direct(stage)
@@ -292,19 +290,26 @@ class BatchExecutor:
         self._chained.append(stage)
         out = records.mapPartitionsWithIndex(
             functools.partial(_stage_task, stage.spec, broadcast, self._reports, stage.name))
-        readers = sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs)
+        self._hold(out, sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs), persist)
+        for index, buffer_id in enumerate(stage.outputs):
+            self._write(buffer_id, out.filter(lambda r, i=index: r[0] == i).values())
+
+    def _hold(self, out, readers: int, persist: bool = False) -> None:
+        """Persists a chained stage's output that several reads (or ``persist``)
+        need, and queues one that nobody reads for the final job.
+
+        Unpersisted, each reader's job would run the stage again: a random or
+        time-dependent step would give each reader other elements."""
+        from pyspark import StorageLevel
+
         if persist or readers > 1:
             out.persist(StorageLevel.MEMORY_AND_DISK)
             self._persisted.append(out)
         if readers == 0:
             self._unread.append(out)
-        for index, buffer_id in enumerate(stage.outputs):
-            self._write(buffer_id, out.filter(lambda r, i=index: r[0] == i).values())
 
     def _chain_direct(self, stage: PlannedStage) -> None:
         """Adds a stage of Map-like steps next to a native step, run on element objects."""
-        from pyspark import StorageLevel
-
         chain = stage.direct
         _LOG.info("stage %s runs its steps on element objects, next to a native step", stage.label)
         values = self._values.get(stage.inputs[0])
@@ -318,31 +323,31 @@ class BatchExecutor:
             self._values[buffer_id] = out
             return
         out = out.mapPartitions(functools.partial(_encode_partition, chain.output_coder))
-        readers = self._readers.get(buffer_id, 0)
-        if readers > 1:
-            # Each reader's job would run the steps again: a random or
-            # time-dependent Map would give each reader other elements.
-            out.persist(StorageLevel.MEMORY_AND_DISK)
-            self._persisted.append(out)
-        elif readers == 0:
-            self._unread.append(out)
+        self._hold(out, self._readers.get(buffer_id, 0))
         self._write(buffer_id, out)
 
     def _readers_of(self, buffer_id: bytes) -> list[PlannedStage]:
         return [s for s in self._plan.stages
                 if buffer_id in s.inputs or any(spec.buffer == buffer_id for spec in s.side_inputs)]
 
-    def _objects_read(self, buffer_id: bytes) -> bool:
-        """Whether ``buffer_id`` is read once, by a native step or a Map-like
-        stage taking element objects as its one main input, and written once
-        (a Flatten writes a buffer several times).
+    def _only_reader(self, buffer_id: bytes) -> PlannedStage | None:
+        """The stage reading ``buffer_id``, if it is read once, as its one main input.
 
-        Objects handed on are not persisted, so a second reader would compute
-        them again; a buffer read twice is encoded and persisted instead."""
-        readers = self._readers_of(buffer_id)
+        Objects or Arrow tables handed on are not persisted, so a second
+        read would compute them again: a buffer read twice is encoded and
+        persisted instead."""
+        if self._readers.get(buffer_id) != 1:
+            return None
+        [reader] = self._readers_of(buffer_id)
+        return reader if reader.inputs == [buffer_id] else None
+
+    def _objects_read(self, buffer_id: bytes) -> bool:
+        """Whether ``buffer_id``'s only reader is a native step or a Map-like stage
+        taking element objects, and it is written once (a Flatten writes a
+        buffer several times)."""
+        reader = self._only_reader(buffer_id)
         writers = sum(buffer_id in s.outputs for s in self._plan.stages)
-        return self._readers.get(buffer_id) == 1 and writers == 1 and all(
-            (s.native is not None or s.direct is not None) and s.inputs == [buffer_id] for s in readers)
+        return reader is not None and writers == 1 and (reader.native is not None or reader.direct is not None)
 
     @contextlib.contextmanager
     def _action(self, stage: PlannedStage | None = None):
@@ -431,12 +436,9 @@ class BatchExecutor:
             self._write(buffer_id, out)
 
     def _reads_arrow_rows(self, buffer_id: bytes) -> bool:
-        """Whether ``buffer_id`` is read once, by a native step taking Arrow tables
-        as its input; as with objects, a buffer read twice is encoded and persisted."""
-        readers = self._readers_of(buffer_id)
-        return self._readers.get(buffer_id) == 1 and all(
-            s.native is not None and s.native.urn in native.READS_ARROW_ROWS and s.inputs == [buffer_id]
-            for s in readers)
+        """Whether ``buffer_id``'s only reader is a native step taking Arrow tables as its input."""
+        reader = self._only_reader(buffer_id)
+        return reader is not None and reader.native is not None and reader.native.urn in native.READS_ARROW_ROWS
 
 
 try:

@@ -145,7 +145,7 @@ def _batch(schema: Any, rows: list) -> Any:
         if not field.nullable:
             values = list(map(operator.itemgetter(name), rows))
         elif plain:
-            values = list(map(dict.get, rows, itertools.repeat(name)))  # a third faster than the test
+            values = list(map(dict.get, rows, itertools.repeat(name)))  # faster than testing each row
         else:
             values = [row[name] if name in row else None for row in rows]
         arrays.append(pa.array(values, type=field.type))

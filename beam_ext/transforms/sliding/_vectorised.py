@@ -71,7 +71,8 @@ def compute_batch(plan: _Plan, groups: list[Any], times: np.ndarray,
 
 def feature_dicts(feats: dict[str, list], n: int) -> list[dict]:
     """Each event's features as a dict, from :func:`compute_columns`' lists; keys in ``feats``' order."""
-    # Filled a column at a time: 1.7x faster than a dict(zip()) per event.
+    # Filled a column at a time, which is faster than a dict(zip()) per event
+    # (benchmarks/sliding_task_steps.py times this step).
     out: list[dict] = [{} for _ in range(n)]
     for name, values in feats.items():
         for features, value in zip(out, values):
