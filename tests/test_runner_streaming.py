@@ -254,3 +254,31 @@ def test_a_test_stream_ending_on_a_watermark_nothing_waits_for_still_ends(spark,
             accumulation_mode=trigger.AccumulationMode.DISCARDING) | beam.GroupByKey())
 
     assert streaming_equals_direct(build, tmp_path) == [["k", [1], "[0.0, 10.0)", 1, 0, True, True]]
+
+
+def _last_job(sc) -> int:
+    return max(sc.statusTracker().getJobIdsForGroup(), default=-1)
+
+
+def test_a_stateless_stage_runs_in_its_groupings_spark_job(spark, tmp_path):
+    """A stage without state holds no watermark: the GroupByKey after it need
+    not wait for it, so a micro-batch is one Spark job, not one per barrier."""
+    def build(p):
+        stream = TestStream()
+        for i in range(10):
+            stream = stream.add_elements([TV(("k", i), i)]).advance_watermark_to(i)
+        return _panes(p | stream.advance_watermark_to_infinity() | beam.Map(lambda kv: (kv[0], kv[1] * 10))
+                      | beam.WindowInto(window.FixedWindows(5), trigger=trigger.AfterWatermark(
+                          early=trigger.AfterCount(2)), accumulation_mode=trigger.AccumulationMode.DISCARDING)
+                      | beam.GroupByKey())
+
+    sc = spark.sparkContext
+    before = _last_job(sc)
+    with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
+        _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "spark.jsonl")))
+    # Ten micro-batches bring an element, two more move the watermark past a
+    # window's end; the others have nothing to run.
+    assert _last_job(sc) - before == 12
+    with beam.Pipeline(runner="BundleBasedDirectRunner", options=PipelineOptions(["--streaming"])) as p:
+        _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "direct.jsonl")))
+    assert read_lines(str(tmp_path / "spark.jsonl")) == read_lines(str(tmp_path / "direct.jsonl"))

@@ -310,15 +310,30 @@ class StreamingExecutor(BatchExecutor):
         mark = self._watermarks.input_watermark(owner, mark, progress)
         return max(mark, self.progress.input_watermark(owner))  # watermarks never go back
 
-    def _settle(self, progress: Progress) -> None:
-        """Runs every stage launched lazily so far, then brings the watermarks
-        of the stages reached in this batch up to date, in topological order."""
-        self._force(progress)
+    def _settle(self, progress: Progress, force: bool = True) -> None:
+        """Runs every stage launched lazily so far (unless not ``force``), then
+        brings the watermarks of the stages reached in this batch up to date,
+        in topological order."""
+        if force:
+            self._force(progress)
         for owner, inputs in self._reached:
             mark = self._input_watermark(owner, inputs, progress)
             progress.input_watermarks[owner] = mark
             hold = progress.summaries.get(owner, TaskSummary()).hold
             progress.output_watermarks[owner] = min(mark, hold)
+
+    def _barrier(self, progress: Progress) -> None:
+        """Brings the watermarks up to date before a stage whose tasks need
+        their input watermark (timers, panes, side inputs).
+
+        Stages launched lazily run first only when one of them keeps state:
+        a stage without state holds nothing, so its output watermark is its
+        input watermark whether it has run or not, and running it in the
+        same Spark job as its consumer saves a job per micro-batch.
+        """
+        force = self._watermarks.needs_producers_run or any(
+            self._watermarks.stateful(p.owner) for p in self._pending)
+        self._settle(progress, force)
 
     def _force(self, progress: Progress) -> None:
         """One Spark job computes every pending stage (their outputs are persisted)."""
@@ -326,8 +341,11 @@ class StreamingExecutor(BatchExecutor):
             return
         pending, self._pending = self._pending, []
         steps = tuple(dict.fromkeys(step for p in pending for step in p.steps))
+        started = time.monotonic()
         with translate_spark_error(steps):
             self._sc.union([p.rdd for p in pending]).foreachPartition(_drain)
+        _LOG.debug("batch %d: one Spark job ran %s in %.3fs", progress.batch,
+                   "; ".join("+".join(p.steps) or p.name for p in pending), time.monotonic() - started)
         reports = self._reports.value
         for p in pending:
             summary = TaskSummary()
@@ -384,8 +402,7 @@ class StreamingExecutor(BatchExecutor):
         has_input = any(self._has_input(b) for b in stage.inputs)
         barrier = stage.keeps_state or bool(stage.side_inputs)
         if barrier:
-            # Its tasks need the input watermark: everything upstream runs first.
-            self._settle(progress)
+            self._barrier(progress)
             has_input = any(self._has_input(b) for b in stage.inputs)
         self._reached.append((owner, tuple(stage.inputs)))
         watermark = self._input_watermark(owner, tuple(stage.inputs), progress)
@@ -495,7 +512,7 @@ class StreamingExecutor(BatchExecutor):
     # -- GroupByKey --------------------------------------------------------
     def _run_group(self, buffer_id: bytes, progress: Progress, now: Timestamp) -> None:
         owner = self._group_owner[buffer_id]
-        self._settle(progress)  # its tasks need the input watermark: upstream runs first
+        self._barrier(progress)  # its tasks need the input watermark
         self._reached.append((owner, (buffer_id,)))
         watermark = self._input_watermark(owner, (buffer_id,), progress)
         summary = progress.summaries.get(owner, TaskSummary())

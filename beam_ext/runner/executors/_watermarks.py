@@ -82,6 +82,9 @@ class MinWatermarks:
     """The classic watermarks; counts what a punctuation scheme would send for them."""
 
     mode = "min"
+    # Whether a stage's input watermark needs its producers to have run in the
+    # batch even when none of them can hold it (the tracker waits for their reports).
+    needs_producers_run = False
 
     def __init__(self, plan, parallelism: int, producers: dict[bytes, list[int]],
                  group_owner: dict[bytes, str]) -> None:
@@ -135,12 +138,14 @@ class MinWatermarks:
         if self._counted.get(owner) is not progress:
             self._counted[owner] = progress
             self._count_gather(owner)
-            if self._stateful(owner):
+            if self.stateful(owner):
                 self._counts["timer_gathers"] += 1
                 self._lags.append(0.0)
         return classic
 
-    def _stateful(self, owner: str) -> bool:
+    def stateful(self, owner: str) -> bool:
+        """Whether ``owner`` keeps state between batches: only such a stage or
+        group can hold its output watermark behind its input watermark."""
         return owner.startswith("group") or self._plan.stages[int(owner[5:])].keeps_state
 
     def _count_gather(self, owner: str) -> None:
@@ -167,6 +172,7 @@ class TrackerWatermarks(MinWatermarks):
     """Input watermarks from the tracking service's end-of-substream notifications."""
 
     mode = "tracker"
+    needs_producers_run = True
 
     def __init__(self, spark_context, plan, parallelism: int, producers: dict[bytes, list[int]],
                  group_owner: dict[bytes, str], address: str | None = None, bucket: float = 1.0,
@@ -255,7 +261,7 @@ class TrackerWatermarks(MinWatermarks):
         # Resuming from a checkpoint: a new service knows nothing of the holds
         # saved with the state until each partition's next task reports them.
         self._unseen = {(owner, i) for owner, summary in progress.summaries.items()
-                        if summary.hold < MAX_TIMESTAMP and self._stateful(owner)
+                        if summary.hold < MAX_TIMESTAMP and self.stateful(owner)
                         for i in range(self.width(owner))}
         self._start_service()
         _LOG.info("watermarks from the tracker at %s: %d processes, %d sources, buckets of %.3fs",
@@ -328,7 +334,7 @@ class TrackerWatermarks(MinWatermarks):
             holds=dict(self._holds.get(owner, {})), stateful=stateful, log=self._log_acc)
 
     def task(self, owner: str, task, report, progress):
-        stateful = self._stateful(owner)
+        stateful = self.stateful(owner)
         self._ingest()  # the holds of its partitions' last tasks
         return functools.partial(_tracking.tracked_task, self._tracking(owner, progress, stateful), task, report)
 
@@ -480,7 +486,7 @@ class TrackerWatermarks(MinWatermarks):
         return min(mark, limit)
 
     def input_watermark(self, owner: str, classic: Timestamp, progress) -> Timestamp:
-        stateful = self._stateful(owner)
+        stateful = self.stateful(owner)
         cached = self._cached.get(owner)
         if cached is not None and cached[0] is progress:
             if stateful:
