@@ -8,6 +8,12 @@ cycles and are freed by reference counting anyway. Only cyclic garbage
 waits for the collector, so running it 140 times less often costs little
 memory (docs/benchmarks/runner.md gives what it saves).
 
+Between tasks, PySpark's reused worker runs a full collection before it
+takes the next task, and that task waits for it. What survives that
+collection (modules, pooled bundle processors) is frozen, so the next one
+traverses only what later tasks made; one in ``THAW_EVERY`` thaws first, so
+frozen objects that died in cycles are freed too.
+
 Applied once per worker process, when SparkRunner's code is first imported
 in it; never in the driver, whose collector stays the user's.
 """
@@ -18,8 +24,13 @@ import sys
 
 # Young-generation threshold: objects allocated between collections.
 WORKER_GC_THRESHOLD = 100_000
+# Between tasks, one full collection in this many also traverses the frozen
+# objects, so cycles that died after they were frozen are freed too.
+THAW_EVERY = 64
 
 _tuned = False
+_since_thaw = 0
+_thawing = False
 
 
 def _in_spark_task() -> bool:
@@ -44,5 +55,32 @@ def tune_worker_gc() -> bool:
         return False
     first, *older = gc.get_threshold()
     gc.set_threshold(max(first, WORKER_GC_THRESHOLD), *older)
+    gc.callbacks.append(_freeze_between_tasks)
     _tuned = True
     return True
+
+
+def _freeze_between_tasks(phase: str, info: dict) -> None:
+    """Freezes what survives the full collection PySpark runs after each task.
+
+    A reused worker runs ``gc.collect()`` before it takes its next task, and
+    the Spark task waiting for that worker waits for it: with Beam, pyarrow
+    and the pooled bundle processors loaded, one full collection traverses
+    hundreds of thousands of long-lived objects (tens to hundreds of
+    milliseconds), more than a micro-batch's task does. Everything alive
+    right after a full collection is really alive, so freezing it there
+    leaves the next collection only what later tasks made.
+    """
+    global _since_thaw, _thawing
+    if phase != "stop" or info.get("generation") != 2 or _thawing or _in_spark_task():
+        return  # only the collection between tasks: a task's live objects die with it
+    _since_thaw += 1
+    if _since_thaw >= THAW_EVERY:
+        _since_thaw = 0
+        _thawing = True
+        try:
+            gc.unfreeze()
+            gc.collect()
+        finally:
+            _thawing = False
+    gc.freeze()
