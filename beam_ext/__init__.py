@@ -35,6 +35,7 @@ _PUBLIC: dict[str, str] = {
     "SparkUnavailableError": "beam_ext.runner",
     "CheckpointMismatch": "beam_ext.runner",
     "CheckpointUnwritable": "beam_ext.runner",
+    "recommended_spark_conf": "beam_ext.runner",
     # Moving pipelines to SparkRunner (docs/migrating.md)
     "DataflowOptionError": "beam_ext.runner",
     "check_script": "beam_ext.migrate",

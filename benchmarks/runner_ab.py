@@ -2,8 +2,8 @@
 
 Runs the chosen pipelines of ``runner_throughput.py`` and the sliding
 benchmark's headline pipeline on SparkRunner (local[2], a warm session:
-the first run of each is discarded) and prints the median of the other
-runs. The ``beam_ext`` imported, on the driver and in the Python workers,
+the first run of each is discarded, with the Spark settings SparkRunner
+gives a session it starts) and prints the median of the other runs. The ``beam_ext`` imported, on the driver and in the Python workers,
 is the one on ``PYTHONPATH``, so running it once per checkout compares two
 versions side by side on the same data:
 
@@ -23,10 +23,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import apache_beam as beam  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from runner_throughput import beam_gbk, beam_side_mean, beam_wordcount, make_text  # noqa: E402
 from sliding import DAY, MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
+from streaming_jobs import build_stream, session_conf  # noqa: E402
 
-CASES = ("wordcount", "side_mean", "gbk", "sliding_1min", "sliding_1day")
+CASES = ("wordcount", "side_mean", "gbk", "sliding_1min", "sliding_1day", "streaming")
+STREAMING = {"streaming"}
 
 
 def _builders(tmp: str, words: int, events: int) -> dict:
@@ -39,7 +42,9 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "side_mean": lambda p: beam_side_mean(p, text),
             "gbk": lambda p: beam_gbk(p, words, words // 2),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
-            "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out)}
+            "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
+            # 10 micro-batches with an element, 10 more moving the watermark
+            "streaming": lambda p: build_stream(p, 10)}
 
 
 def main() -> None:
@@ -54,7 +59,10 @@ def main() -> None:
     import beam_ext
     from beam_ext.runner import SparkRunner
 
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
+    builder = SparkSession.builder
+    for key, value in session_conf().items():
+        builder = builder.config(key, value)
+    spark = (builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "3g").getOrCreate())
     spark.sparkContext.setLogLevel("FATAL")
     print(f"beam_ext from {os.path.dirname(beam_ext.__file__)}", flush=True)
@@ -63,7 +71,8 @@ def main() -> None:
         times = []
         for _ in range(args.runs):
             start = time.perf_counter()
-            with beam.Pipeline(runner=SparkRunner()) as p:
+            options = PipelineOptions(["--streaming"] if name in STREAMING else [])
+            with beam.Pipeline(runner=SparkRunner(), options=options) as p:
                 builders[name](p)
             times.append(time.perf_counter() - start)
         print(f"{name}: median {statistics.median(times[1:]):.2f} s of {[round(t, 2) for t in times[1:]]}",

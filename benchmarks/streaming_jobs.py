@@ -1,9 +1,11 @@
 """Spark jobs per micro-batch of a small streaming pipeline, against the cost of a trivial PySpark job.
 
 Runs ``TestStream -> WindowInto(FixedWindows(5), early firings every 2
-elements) -> GroupByKey`` on ``SparkRunner --streaming`` (local[2], one
-element and one watermark step per TestStream event), then reads Spark's
-REST API: how many Spark jobs, stages and tasks the run took, grouped by
+elements) -> GroupByKey`` on ``SparkRunner --streaming`` (local[2] with the
+settings SparkRunner gives a session it starts, one element and one
+watermark step per TestStream event) twice, the first to warm the session,
+then reads Spark's
+REST API: how many Spark jobs, stages and tasks the second run took, grouped by
 micro-batch (the job descriptions name it), and their wall time. For
 scale, it times trivial two-task PySpark jobs on the same session: a
 ``map`` and a ``partitionBy``. When the jobs' count times that floor is most
@@ -11,6 +13,9 @@ of the run, the cost is the number of jobs per micro-batch, not the work in
 them.
 
     python benchmarks/streaming_jobs.py [--elements 10]
+
+``beam_ext`` comes from ``PYTHONPATH``, so two checkouts compare side by side
+(``cd /tmp && PYTHONPATH=<checkout> python <this checkout>/benchmarks/streaming_jobs.py``).
 """
 from __future__ import annotations
 
@@ -54,47 +59,71 @@ def trivial_job_seconds(sc, runs: int = 8) -> dict[str, float]:
     return out
 
 
+def build_stream(p, elements: int):
+    """``TestStream -> WindowInto(FixedWindows(5), early firings every 2 elements) -> GroupByKey``."""
+    import apache_beam as beam
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms import trigger, window
+
+    stream = TestStream()
+    for i in range(elements):
+        stream = stream.add_elements([window.TimestampedValue(("k", i), i)]).advance_watermark_to(i)
+    return (p | stream.advance_watermark_to_infinity()
+            | beam.WindowInto(window.FixedWindows(5), trigger=trigger.AfterWatermark(early=trigger.AfterCount(2)),
+                              accumulation_mode=trigger.AccumulationMode.DISCARDING)
+            | beam.GroupByKey())
+
+
+def run_stream(elements: int) -> float:
+    """Seconds to run :func:`build_stream` on SparkRunner in streaming mode."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from beam_ext.runner import SparkRunner
+
+    start = time.perf_counter()
+    with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
+        build_stream(p, elements)
+    return time.perf_counter() - start
+
+
+def session_conf() -> dict[str, str]:
+    """The Spark settings SparkRunner gives a session it starts (none in checkouts before they existed)."""
+    import beam_ext.runner
+
+    return getattr(beam_ext.runner, "recommended_spark_conf", dict)()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--elements", type=int, default=10)
     args = parser.parse_args()
-    import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
-    from apache_beam.testing.test_stream import TestStream
-    from apache_beam.transforms import trigger, window
     from pyspark.sql import SparkSession
 
-    from beam_ext.runner import SparkRunner
-
-    spark = (SparkSession.builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
+    builder = SparkSession.builder
+    for key, value in session_conf().items():
+        builder = builder.config(key, value)
+    spark = (builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
              .config("spark.default.parallelism", "2").getOrCreate())
     sc = spark.sparkContext
     sc.setLogLevel("FATAL")
-    stream = TestStream()
-    for i in range(args.elements):
-        stream = stream.add_elements([window.TimestampedValue(("k", i), i)]).advance_watermark_to(i)
-    stream = stream.advance_watermark_to_infinity()
-    options = PipelineOptions()
-    options.view_as(StandardOptions).streaming = True
-    start = time.perf_counter()
-    with beam.Pipeline(runner=SparkRunner(), options=options) as p:
-        _ = (p | stream
-             | beam.WindowInto(window.FixedWindows(5), trigger=trigger.AfterWatermark(early=trigger.AfterCount(2)),
-                               accumulation_mode=trigger.AccumulationMode.DISCARDING)
-             | beam.GroupByKey())
-    wall = time.perf_counter() - start
+    run_stream(args.elements)  # warm: Python workers started, Beam imported in them
+    before = max(sc.statusTracker().getJobIdsForGroup(), default=-1)
+    wall = run_stream(args.elements)
 
     def get(path: str):
         with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/{path}", timeout=30) as r:
             return json.load(r)
 
     app = get("applications")[0]["id"]
-    jobs = [j for j in get(f"applications/{app}/jobs") if j.get("completionTime")]
-    stages = [s for s in get(f"applications/{app}/stages") if s["status"] == "COMPLETE"]
+    jobs = [j for j in get(f"applications/{app}/jobs") if j.get("completionTime") and j["jobId"] > before]
+    ids = {i for j in jobs for i in j["stageIds"]}
+    stages = [s for s in get(f"applications/{app}/stages") if s["status"] == "COMPLETE" and s["stageId"] in ids]
     batches = {m.group(1) for j in jobs if (m := re.match(r"beam_ext batch (\d+):", j.get("description") or ""))}
     job_seconds = [wall_seconds(j) for j in jobs]
     floor = trivial_job_seconds(sc)
-    print(f"pipeline wall {wall:.2f} s; micro-batches with Spark jobs: {len(batches)}")
+    print(f"Spark settings {session_conf()}")
+    print(f"pipeline wall {wall:.2f} s (warm session); micro-batches with Spark jobs: {len(batches)}")
     print(f"Spark jobs {len(jobs)} ({sum(job_seconds):.2f} s in all, median {statistics.median(job_seconds):.3f} s), "
           f"stages {len(stages)}, tasks {sum(s['numTasks'] for s in stages)}, "
           f"task run {sum(s['executorRunTime'] for s in stages) / 1e3:.2f} s")

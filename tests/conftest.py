@@ -22,8 +22,13 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 def _make_session():
     from pyspark.sql import SparkSession
 
+    from beam_ext.runner import recommended_spark_conf
+
+    builder = SparkSession.builder
+    for key, value in recommended_spark_conf().items():
+        builder = builder.config(key, value)
     return (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("beam_ext-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -2,8 +2,9 @@
 
 A separate process: the runner must start Spark itself, with its default
 master, which the test session's ``local[2]`` would otherwise shadow.
-Prints one JSON line: the master, the first pipeline's output, the second
-pipeline's error and how many times its failing element was tried.
+Prints one JSON line: the master and recommended settings of the session
+the runner started, the first pipeline's output, the second pipeline's
+error and how many times its failing element was tried.
 """
 import glob
 import json
@@ -13,7 +14,7 @@ import sys
 
 import apache_beam as beam
 
-from beam_ext.runner import PipelineError, SparkRunner
+from beam_ext.runner import PipelineError, SparkRunner, recommended_spark_conf
 from beam_ext.runner.session import active_session
 
 
@@ -51,7 +52,9 @@ def main(work_dir: str) -> None:
     for path in glob.glob(out + "*"):
         with open(path) as f:
             written += [int(line) for line in f]
+    conf = active_session().sparkContext.getConf()
     print(json.dumps({"master": active_session().sparkContext.master,
+                      "settings": {key: conf.get(key, None) for key in recommended_spark_conf()},
                       "killed": os.path.exists(marker),
                       "written": sorted(written), "error": error,
                       "attempts": len(open(attempts).readlines())}))

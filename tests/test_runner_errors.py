@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -12,7 +13,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_ext.runner import PipelineError, SparkRunner, SparkUnavailableError
+from beam_ext.runner import PipelineError, SparkRunner, SparkUnavailableError, recommended_spark_conf
 from beam_ext.runner.options import parse_spark_conf
 from beam_ext.runner.session import _check_master_reachable
 
@@ -89,6 +90,7 @@ def test_default_local_master_retries_a_dead_worker_not_forever_a_user_error(tmp
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["master"] == "local[*,4]"
+    assert report["settings"] == recommended_spark_conf()  # a session the runner starts has them
     assert report["killed"] and report["written"] == list(range(10))  # exact after a retry
     error = report["error"]
     assert error.startswith("Beam step 'FailOnThree' failed on Spark:")
@@ -195,3 +197,15 @@ def test_dead_worker_after_a_group_names_the_consumer(spark):
     message = str(info.value)
     assert "Python worker exited unexpectedly (crashed)" in message
     assert "'DieAfterGroup'" in message and "'Group'" not in message
+
+
+def test_a_session_lacking_a_recommended_setting_is_told_which(spark, caplog, monkeypatch):
+    from beam_ext.runner import session
+    from beam_ext.runner.options import SparkRunnerOptions
+
+    assert session.get_or_create_session(SparkRunnerOptions(), "x") is spark
+    assert "recommended settings" not in caplog.text  # the test session has them
+    monkeypatch.setattr(session, "recommended_spark_conf", lambda: {"spark.beam_ext.absent": "true"})
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner.session"):
+        assert session.get_or_create_session(SparkRunnerOptions(), "x") is spark
+    assert "spark.beam_ext.absent=true" in caplog.text
