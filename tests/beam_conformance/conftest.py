@@ -115,8 +115,11 @@ SKIPPED_ON_SPARK = {
 }
 
 
-# Beam's streaming suites run this representative subset by default: every
-# micro-batch costs Spark jobs, and a transcript replays dozens of them. Their
+# Beam's streaming suites run this subset by default: every micro-batch costs
+# a Spark job, and a transcript replays dozens of them. The subset is every
+# test of test_stream_test.py and TriggerPipelineTest, and the strict
+# transcripts that take under 5 s each (the weak variants replay the same
+# transcripts, the longer ones replay more batches of the same features). Their
 # other tests, but the skipped ones, carry the ``slow_streaming`` marker, which
 # pytest.ini deselects; ``pytest -m slow_streaming tests/beam_conformance`` runs them.
 _STREAMING_SUITES = ("test_beam_test_stream_suite.py", "test_beam_trigger_suite.py")
@@ -131,10 +134,28 @@ STREAMING_DEFAULT = (
     "::TestStreamTest::test_basic_execution",
     "::TestStreamTest::test_basic_execution_batch_sideinputs",
     "::TestStreamTest::test_gbk_execution_after_watermark_trigger",
-    # trigger_test.py: processing-time triggers, a pane's watermark hold, one transcript
+    "::TestStreamTest::test_dicts_not_interpreted_as_windowed_values",
+    "::TestStreamTest::test_multiple_outputs",
+    "::TestStreamTest::test_multiple_outputs_with_watermark_advancement",
+    "::TestStreamTest::test_gbk_execution_no_triggers",
+    "::TestStreamTest::test_gbk_execution_after_processing_trigger_fired",
+    "::TestStreamTest::test_basic_execution_batch_sideinputs_fixed_windows",
+    # trigger_test.py: count, processing-time and accumulating triggers, a pane's watermark hold
     "::TriggerPipelineStreamingTest::test_after_processing_time",
     "::TriggerPipelineStreamingTest::test_on_pane_watermark_hold_no_pipeline_stall",
+    "::TriggerPipelineStreamingTest::test_after_count_streaming",
+    "::TriggerPipelineStreamingTest::test_repeatedly_after_processing_time",
+    "::TriggerPipelineStreamingTest::test_multiple_accumulating_firings",
+    # trigger_transcripts.yaml: early firings, late data, lateness, timestamp combiners, failing checks
     "::TestStreamTranscriptTest::test_discarding_early_fixed",
+    "::TestStreamTranscriptTest::test_missing_output",
+    "::TestStreamTranscriptTest::test_known_late_data_no_watermark_hold_possible",
+    "::TestStreamTranscriptTest::test_fixed_drop_late_data_after_allowed_lateness",
+    "::TestStreamTranscriptTest::test_known_late_data_watermark",
+    "::TestStreamTranscriptTest::test_bad_expected_values",
+    "::TestStreamTranscriptTest::test_timestamp_combiner_custom_timestamping_eow",
+    "::TestStreamTranscriptTest::test_timestamp_combiner_latest",
+    "::TestStreamTranscriptTest::test_timestamp_combiner_earliest",
 )
 
 # Beam's DataFrame and text IO suites: every pipeline of a DataFrame costs
