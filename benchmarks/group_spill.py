@@ -44,10 +44,11 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from apache_beam.options.pipeline_options import PipelineOptions
     from pyspark.sql import SparkSession
+    from spark_settings import session_conf
 
     from beam_ext.runner import SparkRunner
-
     spark = (SparkSession.builder.master("local[2]").appName("group-spill-benchmark")
+             .config(map=session_conf())
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(

@@ -42,7 +42,9 @@ def main() -> None:
 
     if not os.path.exists(TEXT):
         make_text(TEXT, 2_076_972)  # words: 12 MB of text
+    from spark_settings import session_conf
     spark = (SparkSession.builder.master("local[2]").appName("native-textio")
+             .config(map=session_conf())
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     with beam.Pipeline(runner=SparkRunner()) as p:  # warm-up: Python workers, imports

@@ -26,7 +26,8 @@ import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from runner_throughput import beam_gbk, beam_side_mean, beam_wordcount, make_text  # noqa: E402
 from sliding import DAY, MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
-from streaming_jobs import build_stream, session_conf  # noqa: E402
+from spark_settings import session_conf  # noqa: E402
+from streaming_jobs import build_stream  # noqa: E402
 
 CASES = ("wordcount", "side_mean", "gbk", "sliding_1min", "sliding_1day", "streaming")
 STREAMING = {"streaming"}
@@ -59,10 +60,7 @@ def main() -> None:
     import beam_ext
     from beam_ext.runner import SparkRunner
 
-    builder = SparkSession.builder
-    for key, value in session_conf().items():
-        builder = builder.config(key, value)
-    spark = (builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
+    spark = (SparkSession.builder.config(map=session_conf()).master("local[2]").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.memory", "3g").getOrCreate())
     spark.sparkContext.setLogLevel("FATAL")
     print(f"beam_ext from {os.path.dirname(beam_ext.__file__)}", flush=True)

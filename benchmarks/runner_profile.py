@@ -220,8 +220,9 @@ def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
 
 def _session(profile_workers: bool):
     from pyspark.sql import SparkSession
-
+    from spark_settings import session_conf
     builder = (SparkSession.builder.master("local[2]").appName("runner-profile")
+               .config(map=session_conf())
                .config("spark.ui.showConsoleProgress", "false"))
     if profile_workers:
         # A dump directory keeps PySpark from printing every profile at exit.

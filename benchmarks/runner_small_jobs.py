@@ -43,10 +43,11 @@ def _time(runner) -> float:
 
 def run(runs: int) -> dict[str, list[float]]:
     from pyspark.sql import SparkSession
+    from spark_settings import session_conf
 
     from beam_ext.runner import SparkRunner
-
     spark = (SparkSession.builder.master("local[2]")
+             .config(map=session_conf())
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:

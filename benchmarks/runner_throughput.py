@@ -303,7 +303,9 @@ def run(args) -> dict:
 
     results: dict = {"main": [], "sweep": [], "demo": [], "args": vars(args).copy()}
     tmp = tempfile.mkdtemp(prefix="beam_ext_bench_")
+    from spark_settings import session_conf
     spark = (SparkSession.builder.master("local[2]").appName("runner-benchmark")
+             .config(map=session_conf())
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     sc = spark.sparkContext

@@ -106,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-
+    from spark_settings import session_conf
     spark = (SparkSession.builder.master(args.master).appName("runner-watermarks")
+             .config(map=session_conf())
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.default.parallelism", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

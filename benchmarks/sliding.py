@@ -144,7 +144,9 @@ def spark_session(parallelism: int):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from spark_settings import session_conf
     return (SparkSession.builder.master("local[2]").appName("bench-sliding")
+            .config(map=session_conf())
             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", str(parallelism))
             .config("spark.default.parallelism", str(parallelism))

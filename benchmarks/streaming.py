@@ -364,7 +364,9 @@ def run_spark_ss(cfg: Config) -> dict:
         def streamReader(self, schema):
             return _Reader()
 
+    from spark_settings import session_conf
     spark = (SparkSession.builder.master(cfg.spark_master).appName("bench-streaming-spark-ss")
+             .config(map=session_conf())
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")

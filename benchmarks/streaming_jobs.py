@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from runner_profile import wall_seconds  # noqa: E402
+from spark_settings import session_conf  # noqa: E402
 
 
 def _drain(records) -> None:
@@ -87,23 +88,13 @@ def run_stream(elements: int) -> float:
     return time.perf_counter() - start
 
 
-def session_conf() -> dict[str, str]:
-    """The Spark settings SparkRunner gives a session it starts (none in checkouts before they existed)."""
-    import beam_ext.runner
-
-    return getattr(beam_ext.runner, "recommended_spark_conf", dict)()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--elements", type=int, default=10)
     args = parser.parse_args()
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder
-    for key, value in session_conf().items():
-        builder = builder.config(key, value)
-    spark = (builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
+    spark = (SparkSession.builder.config(map=session_conf()).master("local[2]").config("spark.ui.showConsoleProgress", "false")
              .config("spark.default.parallelism", "2").getOrCreate())
     sc = spark.sparkContext
     sc.setLogLevel("FATAL")
