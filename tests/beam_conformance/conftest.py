@@ -117,9 +117,10 @@ SKIPPED_ON_SPARK = {
 
 # Beam's streaming suites run this subset by default: every micro-batch costs
 # a Spark job, and a transcript replays dozens of them. The subset is every
-# test of test_stream_test.py and TriggerPipelineTest, and the strict
-# transcripts that take under 5 s each (the weak variants replay the same
-# transcripts, the longer ones replay more batches of the same features). Their
+# test of test_stream_test.py and TriggerPipelineTest, and five strict
+# transcripts of under 5 s each: early firings, late data, allowed lateness,
+# a timestamp combiner, a failing check (the weak variants replay the same
+# transcripts, the others more batches of the same features). Their
 # other tests, but the skipped ones, carry the ``slow_streaming`` marker, which
 # pytest.ini deselects; ``pytest -m slow_streaming tests/beam_conformance`` runs them.
 _STREAMING_SUITES = ("test_beam_test_stream_suite.py", "test_beam_trigger_suite.py")
@@ -146,15 +147,11 @@ STREAMING_DEFAULT = (
     "::TriggerPipelineStreamingTest::test_after_count_streaming",
     "::TriggerPipelineStreamingTest::test_repeatedly_after_processing_time",
     "::TriggerPipelineStreamingTest::test_multiple_accumulating_firings",
-    # trigger_transcripts.yaml: early firings, late data, lateness, timestamp combiners, failing checks
+    # trigger_transcripts.yaml: early firings, late data, lateness, a timestamp combiner, a failing check
     "::TestStreamTranscriptTest::test_discarding_early_fixed",
     "::TestStreamTranscriptTest::test_missing_output",
     "::TestStreamTranscriptTest::test_known_late_data_no_watermark_hold_possible",
     "::TestStreamTranscriptTest::test_fixed_drop_late_data_after_allowed_lateness",
-    "::TestStreamTranscriptTest::test_known_late_data_watermark",
-    "::TestStreamTranscriptTest::test_bad_expected_values",
-    "::TestStreamTranscriptTest::test_timestamp_combiner_custom_timestamping_eow",
-    "::TestStreamTranscriptTest::test_timestamp_combiner_latest",
     "::TestStreamTranscriptTest::test_timestamp_combiner_earliest",
 )
 
