@@ -70,10 +70,10 @@ def recommended_spark_conf() -> dict[str, str]:
     """
     conf = {}
     if hasattr(socket, "AF_UNIX") and os.name == "posix":
-        # Spark talks to each task's Python worker over a TCP loopback socket
-        # by default; every task then waits on delayed acknowledgements that a
-        # Unix domain socket does not have. A small task (a micro-batch's)
-        # takes half the time (benchmarks/python_worker_socket.py).
+        # Spark talks to each task's Python worker over TCP loopback by
+        # default; over a Unix domain socket a small task (a micro-batch's)
+        # waits less for its worker: a trivial job with a shuffle takes about
+        # half the time (benchmarks/python_worker_socket.py).
         conf["spark.python.unix.domain.socket.enabled"] = "true"
     return conf
 
