@@ -2,10 +2,11 @@
 
 Each setting of ``spark.python.unix.domain.socket.enabled`` runs in a
 process of its own (a session's setting is fixed when it starts), local[2]:
-the median wall of trivial two-task PySpark jobs (a ``map``, a
-``partitionBy``) and of a small streaming pipeline on SparkRunner
-(``streaming_jobs.build_stream``, 10 elements: 12 one-job micro-batches),
-each on a warm session. SparkRunner sets the Unix domain socket in a
+the headline is the median wall of a small streaming pipeline on
+SparkRunner (``streaming_jobs.build_stream``, 10 elements: 12 one-job
+micro-batches); secondary rows, PySpark alone, time trivial two-task jobs
+(a ``map``, a ``partitionBy``; ``streaming_jobs.trivial_job_seconds``).
+Each on a warm session. SparkRunner sets the Unix domain socket in a
 session it starts (``beam_ext.runner.recommended_spark_conf``).
 
     cd /tmp && python <checkout>/benchmarks/python_worker_socket.py [--runs 5]
@@ -18,7 +19,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -26,39 +26,23 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 SETTINGS = {"TCP loopback": "false", "Unix domain socket": "true"}
 
 
-def _drain(records) -> None:
-    for _ in records:
-        pass
-
-
-def _identity(x):
-    return x
-
-
 def measure(unix_socket: str, runs: int) -> dict[str, float]:
     """Median seconds per case on a session with the given socket setting."""
     from pyspark.sql import SparkSession
-    from streaming_jobs import run_stream
+    from streaming_jobs import run_stream, trivial_job_seconds
+
+    # The trivial jobs' functions live in streaming_jobs: the workers import it.
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
 
     spark = (SparkSession.builder.master("local[2]").config("spark.ui.showConsoleProgress", "false")
              .config("spark.python.unix.domain.socket.enabled", unix_socket).getOrCreate())
     sc = spark.sparkContext
     sc.setLogLevel("FATAL")
-    cases = {
-        "map job": lambda: sc.parallelize([b"x"] * 10, 2).map(_identity).foreachPartition(_drain),
-        "partitionBy job": lambda: sc.parallelize([(i, b"x") for i in range(10)], 2).partitionBy(2)
-        .foreachPartition(_drain),
-        "streaming pipeline": lambda: run_stream(10),
-    }
-    out = {}
-    for name, case in cases.items():
-        case()  # warm
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            case()
-            times.append(time.perf_counter() - start)
-        out[name] = statistics.median(times)
+    run_stream(10)  # warm
+    out = {"streaming pipeline on SparkRunner": statistics.median(run_stream(10) for _ in range(runs))}
+    for name, seconds in trivial_job_seconds(sc, runs + 2).items():
+        out[f"PySpark alone: trivial {name} job"] = seconds
     spark.stop()
     return out
 
@@ -77,9 +61,9 @@ def main() -> None:
                               capture_output=True, text=True, check=True)
         results[label] = json.loads(done.stdout.strip().splitlines()[-1])
     tcp, uds = results["TCP loopback"], results["Unix domain socket"]
-    print(f"{'case (median of ' + str(args.runs) + ')':<28}{'TCP loopback':>14}{'Unix socket':>14}{'ratio':>8}")
+    print(f"{'case (median of ' + str(args.runs) + ')':<40}{'TCP loopback':>14}{'Unix socket':>14}{'ratio':>8}")
     for case in tcp:
-        print(f"{case:<28}{tcp[case]:>13.3f}s{uds[case]:>13.3f}s{tcp[case] / uds[case]:>7.2f}x")
+        print(f"{case:<40}{tcp[case]:>13.3f}s{uds[case]:>13.3f}s{tcp[case] / uds[case]:>7.2f}x")
 
 
 if __name__ == "__main__":

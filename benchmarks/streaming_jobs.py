@@ -94,8 +94,8 @@ def main() -> None:
     args = parser.parse_args()
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.config(map=session_conf()).master("local[2]").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.default.parallelism", "2").getOrCreate())
+    spark = (SparkSession.builder.config(map=session_conf()).master("local[2]")
+             .config("spark.ui.showConsoleProgress", "false").config("spark.default.parallelism", "2").getOrCreate())
     sc = spark.sparkContext
     sc.setLogLevel("FATAL")
     run_stream(args.elements)  # warm: Python workers started, Beam imported in them

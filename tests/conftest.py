@@ -24,11 +24,8 @@ def _make_session():
 
     from beam_ext.runner import recommended_spark_conf
 
-    builder = SparkSession.builder
-    for key, value in recommended_spark_conf().items():
-        builder = builder.config(key, value)
     return (
-        builder.master("local[2]")
+        SparkSession.builder.config(map=recommended_spark_conf()).master("local[2]")
         .appName("beam_ext-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

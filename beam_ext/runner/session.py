@@ -64,16 +64,14 @@ def recommended_spark_conf() -> dict[str, str]:
     A session built elsewhere (a notebook, ``spark-submit``, a test fixture)
     runs SparkRunner's tasks as fast only with these set::
 
-        builder = SparkSession.builder.master("local[4]")
-        for key, value in recommended_spark_conf().items():
-            builder = builder.config(key, value)
+        SparkSession.builder.config(map=recommended_spark_conf()).master("local[4]").getOrCreate()
     """
     conf = {}
     if hasattr(socket, "AF_UNIX") and os.name == "posix":
         # Spark talks to each task's Python worker over TCP loopback by
         # default; over a Unix domain socket a small task (a micro-batch's)
-        # waits less for its worker: a trivial job with a shuffle takes about
-        # half the time (benchmarks/python_worker_socket.py).
+        # waits less for its worker: a trivial job with a shuffle takes less
+        # than half the time (benchmarks/python_worker_socket.py).
         conf["spark.python.unix.domain.socket.enabled"] = "true"
     return conf
 
