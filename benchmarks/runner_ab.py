@@ -24,12 +24,13 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-from runner_throughput import beam_gbk, beam_side_mean, beam_wordcount, make_text  # noqa: E402
+from runner_throughput import (beam_combine, beam_gbk, beam_side_join, beam_side_mean, beam_wordcount,  # noqa: E402
+                               make_text)
 from sliding import DAY, MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
 from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
 
-CASES = ("wordcount", "side_mean", "gbk", "sliding_1min", "sliding_1day", "streaming")
+CASES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "sliding_1min", "sliding_1day", "streaming")
 STREAMING = {"streaming"}
 
 
@@ -41,7 +42,9 @@ def _builders(tmp: str, words: int, events: int) -> dict:
     out = os.path.join(tmp, "out")
     return {"wordcount": lambda p: beam_wordcount(p, text),
             "side_mean": lambda p: beam_side_mean(p, text),
+            "combine": lambda p: beam_combine(p, words, 1_000),
             "gbk": lambda p: beam_gbk(p, words, words // 2),
+            "side_join": lambda p: beam_side_join(p, words, 10_000),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
             "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
             # 10 micro-batches with an element, 10 more moving the watermark

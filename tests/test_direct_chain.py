@@ -63,7 +63,7 @@ def test_a_chain_between_native_steps_equals_plain_python(spark, tmp_path_factor
 
 def test_the_direct_path_is_taken_and_equals_direct_runner(spark, tmp_path, caplog):
     path = _lines(tmp_path / "in.txt", [f"w{i % 7} x{i} y" for i in range(300)])
-    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
         with beam.Pipeline(runner=SparkRunner()) as p:
             _chain(p, path, str(tmp_path / "spark"))
     assert DIRECT in caplog.text
@@ -161,7 +161,7 @@ def test_timestamped_outputs_keep_their_timestamps(spark, tmp_path, caplog):
     rows = [{"id": i, "card": rng.choice("ab"), "ts": rng.randint(0, 100) / 2, "amount": float(i)} for i in range(200)]
     path = str(tmp_path / "p.parquet")
     pq.write_table(pa.Table.from_pylist(rows, schema=PAYMENTS), path)
-    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
         got = _timestamped_features(SparkRunner(), path, str(tmp_path / "spark" / "f"))
     assert caplog.text.count(DIRECT) == 2
     assert got == _timestamped_features("DirectRunner", path, str(tmp_path / "direct" / "f"))

@@ -70,6 +70,23 @@ class ShuffleWriter:
                 yield key_impl.encode_nested(wv.value[0]), impl.encode_nested(wv)
 
 
+    def pairs(self, values: Iterable[Any]) -> Iterator[tuple[bytes, bytes]]:
+        """The pairs :meth:`split` gives for the encoding of ``values`` (windowed
+        KVs), from the objects: the coder must be the real one, not the
+        runner's bytes view of it."""
+        kv_coder = self._coder.wrapped_value_coder
+        key = kv_coder.key_coder().get_impl().encode_nested
+        if self._trivial:
+            value = kv_coder.value_coder().get_impl().encode_nested
+            for wv in values:
+                k, v = wv.value
+                yield key(k), value(v)
+        else:
+            encode = self._coder.get_impl().encode_nested
+            for wv in values:
+                yield key(wv.value[0]), encode(wv)
+
+
 class Buckets:
     """Packs ``(key, payload)`` pairs into one byte blob per target partition.
 

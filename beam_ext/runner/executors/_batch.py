@@ -32,7 +32,7 @@ from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, iden
 from beam_ext.runner.executors._side_inputs import SideInputState, side_input_state
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
-from beam_ext.runner.worker._direct import run_direct_chain
+from beam_ext.runner.worker._direct import decoded_batches, run_direct_chain
 
 _LOG = logging.getLogger("beam_ext.runner")
 _RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
@@ -82,9 +82,11 @@ def _stage_task(spec, broadcast, reports, stage_name: str, partition: int, recor
             yield index, payload
 
 
-def _direct_task(chain, setup, reports, stage_name: str, partition: int, values) -> Iterator:
+def _direct_task(chain, setup, side_inputs, reports, stage_name: str, batched: bool, partition: int,
+                 values) -> Iterator:
     report: list[bytes] = []
-    yield from run_direct_chain(chain, setup, values, report)
+    yield from run_direct_chain(chain, setup, values, report, side_inputs.value if side_inputs is not None else (),
+                                batched)
     for serialized in report:
         reports.add({(stage_name, partition): serialized})
 
@@ -260,9 +262,8 @@ class BatchExecutor:
             parts.append(rdd)
         return parts[0] if len(parts) == 1 else self._sc.union(parts)
 
-    def _side_inputs(self, stage: PlannedStage):
-        if not stage.side_inputs:
-            return None
+    def _side_input_chunks(self, stage: PlannedStage) -> list[list[bytes]]:
+        """The encoded chunks of each of the stage's side inputs, by index."""
         # One Spark job collects every side input of the stage. It computes
         # the stages chained so far that they need; a failure names their
         # steps too.
@@ -272,17 +273,24 @@ class BatchExecutor:
         chunks: list[list[bytes]] = [[] for _ in stage.side_inputs]
         for index, chunk in collected:
             chunks[index].append(chunk)
-        state: dict[bytes, bytes] = {}
-        for spec, spec_chunks in zip(stage.side_inputs, chunks):
-            state.update(side_input_state(spec, spec_chunks))
-        broadcast = self._sc.broadcast(SideInputState.sealed(state))
+        return chunks
+
+    def _broadcast(self, value):
+        broadcast = self._sc.broadcast(value)
         self._broadcasts.append(broadcast)
         return broadcast
 
+    def _side_inputs(self, stage: PlannedStage):
+        if not stage.side_inputs:
+            return None
+        state: dict[bytes, bytes] = {}
+        for spec, spec_chunks in zip(stage.side_inputs, self._side_input_chunks(stage)):
+            state.update(side_input_state(spec, spec_chunks))
+        return self._broadcast(SideInputState.sealed(state))
+
     def _chain_stage(self, stage: PlannedStage, persist: bool = False) -> None:
         """Adds ``stage`` to the lineage; the next Spark action computes it."""
-        if stage.direct is not None and not self._one_by_one and (
-                stage.inputs[0] in self._values or self._objects_read(stage.outputs[0])):
+        if stage.direct is not None and not self._one_by_one:
             self._chain_direct(stage)
             return
         records = self._stage_input(stage)
@@ -309,20 +317,24 @@ class BatchExecutor:
             self._unread.append(out)
 
     def _chain_direct(self, stage: PlannedStage) -> None:
-        """Adds a stage of Map-like steps next to a native step, run on element objects."""
+        """Adds a stage of Map-like steps run on element objects (``worker/_direct.py``)."""
         chain = stage.direct
-        _LOG.info("stage %s runs its steps on element objects, next to a native step", stage.label)
+        _LOG.debug("stage %s runs its steps on element objects", stage.label)
+        side_inputs = self._broadcast(self._side_input_chunks(stage)) if stage.side_inputs else None
         values = self._values.get(stage.inputs[0])
-        if values is None:
-            values = self._read(stage.inputs[0]).mapPartitions(functools.partial(_decode_chunks, chain.input_coder))
+        batched = values is None
+        if batched:
+            values = self._read(stage.inputs[0]).mapPartitions(functools.partial(
+                decoded_batches, chain.input_coder, stage.spec.bundle_bytes))
         self._chained.append(stage)
         out = values.mapPartitionsWithIndex(functools.partial(
-            _direct_task, chain, stage.spec.worker_setup, self._reports, stage.name))
+            _direct_task, chain, stage.spec.worker_setup, side_inputs, self._reports, stage.name, batched))
         [buffer_id] = stage.outputs
-        if self._objects_read(buffer_id):
+        if chain.shuffle is None and self._objects_read(buffer_id):
             self._values[buffer_id] = out
             return
-        out = out.mapPartitions(functools.partial(_encode_partition, chain.output_coder))
+        if chain.shuffle is None:
+            out = out.mapPartitions(functools.partial(_encode_partition, chain.output_coder))
         self._hold(out, self._readers.get(buffer_id, 0))
         self._write(buffer_id, out)
 

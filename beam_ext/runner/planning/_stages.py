@@ -20,10 +20,11 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
 from beam_ext.runner._shuffle import ShuffleWriter
+from beam_ext.runner.planning._direct_chain import direct_chain
 from beam_ext.runner.planning._phases import SDF_PROCESS_URN
 from beam_ext.runner.planning._test_stream import TestStreamSpec, test_stream_spec
 from beam_ext.runner.worker import StageSpec
-from beam_ext.runner.worker._direct import DirectChain, direct_chain
+from beam_ext.runner.worker._direct import DirectChain
 
 
 @dataclasses.dataclass
@@ -72,7 +73,7 @@ class PlannedStage:
     spread: bool = False  # SDF processing: spread input elements over partitions
     test_stream: TestStreamSpec | None = None  # streaming: the runner replays its events
     source_pcolls: tuple[str, ...] = ()  # outputs of its SDF reads: what a stream counts as input
-    # Only Map-like steps: the batch executor may run them on element objects next to a native step.
+    # Only Map-like steps (and a partial combine): the batch executor runs them on element objects.
     direct: DirectChain | None = None
 
     @property
@@ -227,15 +228,36 @@ class StagePlanner:
             partitions=self._partitions,
             state_backend=self.state[0] if planned.keyed else "memory",
             state_memory_bytes=self.state[1])
-        if (not self.streaming and not planned.keyed and not planned.spread and not side_inputs
-                and not shuffle_writers and not stage.timers and len(inputs) == 1 and len(outputs) == 1):
-            planned.direct = direct_chain(stage.transforms, input_coders[0], self._channel_coder(output_pcolls[0]),
-                                          self._window_fn)
+        if (not self.streaming and not planned.keyed and not planned.spread and not stage.timers
+                and len(inputs) == 1 and len(outputs) == 1):
+            planned.direct = self._direct_chain(stage, input_coders[0], output_pcolls[0], outputs[0], side_inputs)
         return planned
 
-    def _window_fn(self, pcoll: str):
+    def _direct_chain(self, stage: Stage, input_coder: Any, output_pcoll: str, output: bytes,
+                      side_inputs: list[SideInputSpec]) -> DirectChain | None:
+        from apache_beam.internal import pickler
+        from apache_beam.transforms import core
+
+        def side_input(transform_name: str, tag: str, pcoll: str) -> tuple[int, Any] | None:
+            for index, spec in enumerate(side_inputs):
+                if spec.transform_id == transform_name and spec.tag == tag:
+                    return index, self._channel_coder(pcoll)
+            return None
+
+        def combine_fn(payload: beam_runner_api_pb2.CombinePayload) -> bytes:
+            return pickler.dumps((core.CombineFn.from_runner_api(payload.combine_fn, self._pipeline_context), [], {}))
+
+        shuffle = None
+        if split_buffer_id(output)[0] == "group":
+            # The real coder, not the runner's bytes view: the chain encodes objects.
+            shuffle = ShuffleWriter(self._channel_coder(output_pcoll), self._group_spec(output).trivial)
+        return direct_chain(stage.transforms, input_coder=input_coder, output_coder=self._channel_coder(output_pcoll),
+                            windowing_of=self._windowing, side_input=side_input, combine_fn=combine_fn,
+                            shuffle=shuffle, partitions=self._partitions)
+
+    def _windowing(self, pcoll: str):
         strategy = self._components.pcollections[pcoll].windowing_strategy_id
-        return self._pipeline_context.windowing_strategies[strategy].windowfn
+        return self._pipeline_context.windowing_strategies[strategy]
 
     def _set_port(self, transform: beam_runner_api_pb2.PTransform, pcoll: str) -> None:
         port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=self._context.data_channel_coders[pcoll])

@@ -1,142 +1,98 @@
-"""A chain of plain ``Map``/``FlatMap``/``Filter`` steps run on element objects, without Beam's bundle processor.
+"""A fused stage of ``Map``-like steps run on element objects, without Beam's bundle processor.
 
-Between two native steps (a Parquet read feeding SlidingAggregate, whose
-output a ``Map`` turns into rows for a native write) a fused stage made
-only of such steps would otherwise cost an encode of every element, Beam's
-bundle processor decoding it, running the step and encoding its output, and
-a decode again for the next native step: for dict-shaped elements, several
-microseconds per element, many times the step's own work. Here the
-executor hands the stage the elements as objects and the steps run as
-Beam's ``DoFnRunner`` would run them:
+Beam's bundle processor moves every element through an operation per step:
+a receiver, a ``DoFnRunner``, an output handler, state sampling, and coders
+at the stage's edges. For the steps most pipelines are made of (``Map``,
+``FlatMap``, ``Filter``, the partial combine before a lifted
+``CombinePerKey``'s shuffle), that machinery costs several times the step's
+own work. Here the executor hands the stage its input as element objects
+(decoded from the input buffer, or as a native step produced them) and the
+steps run as Beam's ``DoFnRunner`` and ``PGBKCVOperation`` would run them:
 
-- a step is a ``CallableWrapperDoFn`` (what ``Map``, ``FlatMap``,
-  ``Filter``, ``MapTuple`` build) with no side inputs, state, timers,
-  ``DoFn.*Param`` arguments, batches or splitting, and one output; its
-  extra arguments are passed as Beam passes them;
+- a step is a ``DoFn`` of the element alone (which ones:
+  :mod:`beam_ext.runner.planning._direct_chain`); its extra arguments are
+  passed as Beam passes them, side inputs (global window, read whole)
+  included, each given its view of all the side input's elements;
 - each output keeps the input's timestamp and windows; a ``TimestampedValue``
   is assigned windows by the step's window function, a ``WindowedValue``
   kept, as Beam's ``_OutputHandler`` does; a ``TaggedOutput`` fails (the
   step declares no tagged output);
+- the partial combine keeps one accumulator per key (per key and window
+  outside default windowing), evicts a tenth of its keys when it holds
+  Beam's maximum, compacts what it emits and stamps non-default windows'
+  outputs as Beam does (end of window, or the timestamp combiner's value);
+- an output feeding a GroupByKey is written as the bundle processor's
+  output would be: the same key bytes and payloads, packed per target
+  partition;
 - ``Metrics`` used inside a step count under the step, as in Beam (a
   metrics container per step, reported with the task's other metrics);
 - an error is re-raised naming the step (``[while running '...']``), as
   Beam's bundle processor tags it.
-
-:func:`direct_chain` decides from a fused stage's transforms whether it is
-such a chain; the batch executor runs it this way only next to a native
-step, where the element objects are at hand (elsewhere the bundle
-processor's coders are no slower than this loop).
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import traceback
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from apache_beam.portability import common_urns, python_urns
-from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
-from apache_beam.runners.worker import bundle_processor
+from apache_beam.portability.api import beam_fn_api_pb2
 
 from beam_ext.errors import BeamExtError
+from beam_ext.runner._shuffle import Buckets, ShuffleWriter
 from beam_ext.runner.worker._setup import WorkerSetup
 
 
 @dataclasses.dataclass(frozen=True)
+class DirectSideInput:
+    """A side input of a step: its index among the stage's side inputs, its
+    pickled view function, and its elements' windowed coder."""
+
+    index: int
+    view_fn: bytes
+    coder: Any
+
+
+@dataclasses.dataclass(frozen=True)
 class DirectStep:
-    """One ``Map``-like step: its name (Beam's transform id), pickled DoFn payload,
-    and the window function of its input, which assigns a ``TimestampedValue`` output's windows."""
+    """One ``Map``-like step: its name (Beam's transform id), pickled DoFn info,
+    the window function of its input (which assigns a ``TimestampedValue``
+    output's windows) and its side inputs, in Beam's argument order."""
 
     name: str
     payload: bytes
     window_fn: Any
+    side_inputs: tuple[DirectSideInput, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectCombine:
+    """The partial combine before a lifted ``CombinePerKey``'s shuffle: its name,
+    pickled ``(CombineFn, args, kwargs)`` and its input's windowing strategy."""
+
+    name: str
+    combine_fn: bytes
+    windowing: Any
 
 
 @dataclasses.dataclass(frozen=True)
 class DirectChain:
-    """The steps of a fused stage, input to output, and the coders around them."""
+    """The steps of a fused stage, input to output, and the coders around them.
+
+    With ``shuffle`` the output feeds a GroupByKey: the task yields
+    ``(target partition, blob)`` pairs over ``partitions``, not elements.
+    """
 
     steps: tuple[DirectStep, ...]
     input_coder: Any
     output_coder: Any
+    precombine: DirectCombine | None = None
+    shuffle: ShuffleWriter | None = None
+    partitions: int = 0
 
-
-def _simple_dofn(payload: bytes) -> str | None:
-    """Why the pickled ParDo payload is not a plain callable DoFn, or None."""
-    from apache_beam.internal import pickler
-    from apache_beam.runners.common import DoFnSignature
-    from apache_beam.transforms import core, userstate
-
-    try:
-        dofn, _, _, side_inputs, _ = pickler.loads(payload)
-    except Exception as exc:  # noqa: BLE001 - unpicklable here: keep Beam's path
-        return f"its DoFn does not unpickle on the driver ({exc})"
-    if type(dofn) is not core.CallableWrapperDoFn:
-        return f"{type(dofn).__name__} is not a plain callable"
-    if side_inputs:
-        return "it has side inputs"
-    signature = DoFnSignature(dofn)
-    if any(isinstance(d, (core._DoFnParam, userstate.StateSpec, userstate.TimerSpec))
-           for d in signature.process_method.defaults):
-        return "it takes DoFn parameters"
-    if signature.is_stateful_dofn() or signature.is_splittable_dofn() or dofn._process_yields_batches:
-        return "it is stateful, splittable or batched"
-    return None
-
-
-def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], input_coder: Any,
-                 output_coder: Any, window_fn_of: Callable[[str], Any]) -> DirectChain | None:
-    """The stage's steps as a :class:`DirectChain`, or None if it is not one.
-
-    ``transforms``: the fused stage's, with one data input, one data output
-    and only ParDos between them in a line. ``window_fn_of(pcollection id)``:
-    its window function (Beam's bundle processor gives a DoFn its input's).
-    """
-    from apache_beam.utils import proto_utils
-
-    transforms = list(transforms)
-    by_input: dict[str, beam_runner_api_pb2.PTransform] = {}
-    start = None
-    ends = 0
-    for transform in transforms:
-        urn = transform.spec.urn
-        if urn == bundle_processor.DATA_INPUT_URN:
-            if start is not None:
-                return None
-            start = transform
-        elif urn == bundle_processor.DATA_OUTPUT_URN:
-            ends += 1
-        elif urn != common_urns.primitives.PAR_DO.urn:
-            return None
-        if urn != bundle_processor.DATA_INPUT_URN:
-            if len(transform.inputs) != 1:
-                return None
-            [pcoll] = transform.inputs.values()
-            if pcoll in by_input:
-                return None  # two consumers of one PCollection
-            by_input[pcoll] = transform
-    if start is None or ends != 1 or len(start.outputs) != 1:
-        return None
-    steps = []
-    [pcoll] = start.outputs.values()
-    while True:
-        transform = by_input.get(pcoll)
-        if transform is None:
-            return None
-        if transform.spec.urn == bundle_processor.DATA_OUTPUT_URN:
-            break
-        payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
-        if (payload.side_inputs or payload.state_specs or payload.timer_family_specs
-                or payload.restriction_coder_id or payload.requests_finalization
-                or payload.do_fn.urn != python_urns.PICKLED_DOFN_INFO or len(transform.outputs) != 1):
-            return None
-        if _simple_dofn(payload.do_fn.payload) is not None:
-            return None
-        steps.append(DirectStep(transform.unique_name, payload.do_fn.payload, window_fn_of(pcoll)))
-        [pcoll] = transform.outputs.values()
-    if not steps or len(steps) + 2 != len(transforms):
-        return None
-    return DirectChain(tuple(steps), input_coder, output_coder)
+    @property
+    def side_input_count(self) -> int:
+        return len({si.index for step in self.steps for si in step.side_inputs})
 
 
 class _Tracker:
@@ -181,6 +137,31 @@ class StepFailed(BeamExtError, RuntimeError):
 _BATCH = 512
 
 
+def decoded_batches(coder: Any, limit_bytes: int, chunks: Iterable[bytes]) -> Iterator[list]:
+    """The elements of encoded ``chunks``, in batches of at most ``_BATCH``
+    elements that close once their encoded size reaches ``limit_bytes`` (the
+    stage's bundle size): a batch of large elements (a grouping's values) is
+    never held whole."""
+    from apache_beam.coders.coder_impl import create_InputStream
+
+    decode = coder.get_impl().decode_from_stream
+    batch: list = []
+    size = 0
+    for chunk in chunks:
+        stream = create_InputStream(chunk)
+        left = len(chunk)
+        while left > 0:
+            batch.append(decode(stream, True))
+            now = stream.size()
+            size += left - now
+            left = now
+            if len(batch) == _BATCH or size >= limit_bytes:
+                yield batch
+                batch, size = [], 0
+    if batch:
+        yield batch
+
+
 def _batches(values: Iterator[Any]) -> Iterator[list]:
     batch: list = []
     append = batch.append
@@ -201,11 +182,19 @@ def _map_fn(dofn: Any) -> Callable | None:
     element. Recognised by the wrapper's code, which pickling copies but
     keeps equal.
     """
+    from apache_beam.transforms import core
+
+    if type(dofn) is core._KeyWithNone:  # CombineGlobally's first step, a generator DoFn
+        return _key_with_none
     wrapper = getattr(dofn, "_fn", None)
     code = getattr(wrapper, "__code__", None)
     if code is None or code not in _map_wrapper_codes():
         return None
     return dict(zip(code.co_freevars, (cell.cell_contents for cell in wrapper.__closure__)))["fn"]
+
+
+def _key_with_none(value: Any) -> tuple:
+    return None, value
 
 
 @functools.cache
@@ -247,9 +236,11 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
 
     fn = _map_fn(dofn)
     process = dofn.process if fn is None else fn
-    if args or kwargs:
+    if args:
         # Beam passes a step's extra arguments after the element.
         process = lambda value, _p=process: _p(value, *args, **kwargs)  # noqa: E731
+    elif kwargs:
+        process = functools.partial(process, **kwargs)
     for batch in batches:
         out: list = []
         append = out.append
@@ -270,17 +261,180 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                     # under this step's state, as it reads.
                     for result in results:
                         append(output(wv, result) if isinstance(result, special) else wv.with_value(result))
+                        if len(out) >= _BATCH:
+                            # A step's fan-out is passed on a batch at a
+                            # time, never held whole (memory bounded).
+                            yield out
+                            out = []
+                            append = out.append
+                            tracker.enter(state)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
         if out:
             yield out
 
 
-def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, values: Iterator[Any],
-                     report: list) -> Iterator[Any]:
-    """The chain's output elements for ``values``; appends the task's serialized
-    monitoring infos (user metrics per step) to ``report`` at the end."""
+# The partial combine adds a batch's values per key in one call while a
+# batch holds at most one key per _FEW_KEYS elements, and checks again every
+# _REGROUP_EVERY batches.
+_FEW_KEYS = 8
+_REGROUP_EVERY = 64
+
+
+def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State,
+                batches: Iterator[list], max_keys: int | None = None) -> Iterator[list]:
+    """Beam's ``PGBKCVOperation`` over the task's input: one flush at the end, not one per bundle.
+
+    ``max_keys``: the keys held before a tenth are evicted; Beam's bound by default."""
     from apache_beam.internal import pickler
+    from apache_beam.transforms import combiners, core
+    from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    fn, args, kwargs = pickler.loads(combine.combine_fn)[:3]
+    combine_fn = combiners.curry_combine_fn(fn, args, kwargs)
+    create, add, add_all = combine_fn.create_accumulator, combine_fn.add_input, combine_fn.add_inputs
+    compact = None if combine_fn.compact.__func__ is core.CombineFn.compact else combine_fn.compact
+    windowing = combine.windowing
+    default = windowing.is_default()
+    combiner = (None if windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW
+                else TimestampCombiner.get_impl(windowing.timestamp_combiner, windowing.windowfn))
+    # Beam's bound: more keys for combiners whose accumulators are known to be tiny.
+    if max_keys is None:
+        max_keys = 1000 * 1000 if (isinstance(fn, (combiners.CountCombineFn, combiners.MeanCombineFn)) or (
+            isinstance(fn, core.CallableWrapperCombineFn) and fn._fn in (min, max, sum))) else 100 * 1000
+    global_wv = GlobalWindows.windowed_value(None)
+    table: dict = {}
+
+    def emit(wkey: Any, entry: list) -> Any:
+        value = entry[0] if compact is None else compact(entry[0])
+        if default:
+            return global_wv.with_value((wkey, value))
+        window, key = wkey
+        return WindowedValue((key, value), window.max_timestamp() if combiner is None else entry[1], (window,))
+
+    def evict(out: list) -> None:
+        # As Beam: the oldest tenth of the keys, in the order they came.
+        target = len(table) * 9 // 10
+        old = []
+        for wkey, entry in table.items():
+            old.append(wkey)
+            out.append(emit(wkey, entry))
+            if len(table) - len(old) <= target:
+                break
+        for wkey in old:
+            del table[wkey]
+
+    grouping, batches_seen = True, 0
+    tracker.enter(state)
+    combine_fn.setup()
+    try:
+        for batch in batches:
+            out: list = []
+            tracker.enter(state)
+            try:
+                if default and batches_seen % _REGROUP_EVERY == 0:
+                    grouping = True
+                batches_seen += 1
+                if default and grouping:
+                    # A batch's values of a key are added in one call, which
+                    # CombineFns may do faster than one at a time (Beam's
+                    # contract: the same result). Worth it only where keys
+                    # repeat within a batch: tried again now and then.
+                    groups: dict = {}
+                    for wv in batch:
+                        key, value = wv.value
+                        group = groups.get(key)
+                        if group is None:
+                            groups[key] = [value]
+                        else:
+                            group.append(value)
+                    for key, values in groups.items():
+                        entry = table.get(key)
+                        if entry is None:
+                            if len(table) >= max_keys:
+                                evict(out)
+                            entry = table[key] = [create(), None]
+                        entry[0] = add_all(entry[0], values)
+                    grouping = len(groups) * _FEW_KEYS <= len(batch)
+                    batch = ()
+                for wv in batch:
+                    key, value = wv.value
+                    if default:
+                        entry = table.get(key)
+                        if entry is None:
+                            if len(table) >= max_keys:
+                                evict(out)
+                            entry = table[key] = [create(), None]
+                        entry[0] = add(entry[0], value)
+                        continue
+                    timestamp = wv.timestamp if combiner is not None else None
+                    for window in wv.windows:
+                        wkey = (window, key)
+                        entry = table.get(wkey)
+                        if entry is None:
+                            if len(table) >= max_keys:
+                                evict(out)
+                            entry = table[wkey] = [create(), timestamp]
+                        entry[0] = add(entry[0], value)
+                        if combiner is not None:
+                            entry[1] = combiner.combine(entry[1], timestamp)
+            except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+                raise StepFailed(traceback.format_exc() + _STEP_TAG % combine.name) from exc
+            if out:
+                yield out
+        tracker.enter(state)
+        try:
+            out = [emit(wkey, entry) for wkey, entry in table.items()]
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+            raise StepFailed(traceback.format_exc() + _STEP_TAG % combine.name) from exc
+        table.clear()
+        if out:
+            yield out
+    finally:
+        combine_fn.teardown()
+
+
+def _shuffled(chain: DirectChain, batches: Iterator[list]) -> Iterator[tuple[int, bytes]]:
+    """``(target partition, blob)`` pairs of the chain's output, as the bundle processor's would be packed."""
+    last = chain.precombine.name if chain.precombine is not None else chain.steps[-1].name
+    buckets = Buckets(chain.partitions)
+    pairs = chain.shuffle.pairs
+    for batch in batches:
+        try:
+            yield from buckets.add(pairs(batch))
+        except Exception as exc:  # noqa: BLE001 - an output the GroupByKey's coder refuses
+            raise StepFailed(traceback.format_exc() + _STEP_TAG % last) from exc
+    yield from buckets.flush()
+
+
+def _views(step: DirectStep, side_inputs: Sequence[Sequence[bytes]]) -> list:
+    """The step's side-input values, each its view of all the elements (global window)."""
+    from apache_beam.coders.coder_impl import create_InputStream
+    from apache_beam.internal import pickler
+
+    views = []
+    for side in step.side_inputs:
+        decode = side.coder.get_impl().decode_from_stream
+        values = []
+        for chunk in side_inputs[side.index]:
+            stream = create_InputStream(chunk)
+            while stream.size() > 0:
+                values.append(decode(stream, True).value)
+        views.append(pickler.loads(side.view_fn)(values))
+    return views
+
+
+def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, values: Iterator[Any],
+                     report: list, side_inputs: Sequence[Sequence[bytes]] = (),
+                     batched: bool = False) -> Iterator[Any]:
+    """The chain's output for ``values`` (element objects, or lists of them if
+    ``batched``): elements, or ``(target partition, blob)`` pairs if it feeds
+    a GroupByKey. ``side_inputs``: the encoded chunks of the
+    stage's side inputs, by index. Appends the task's serialized monitoring
+    infos (user metrics per step) to ``report`` at the end."""
+    from apache_beam.internal import pickler
+    from apache_beam.internal.util import insert_values_in_args
     from apache_beam.metrics.execution import MetricsContainer
     from apache_beam.runners.worker import statesampler
 
@@ -288,17 +442,26 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, values: Iter
         setup.apply()  # before the DoFns are unpickled
     tracker = _Tracker()
     containers = []
-    batches = _batches(values)
-    for step in chain.steps:
-        dofn, args, kwargs, _, _ = pickler.loads(step.payload)
-        container = MetricsContainer(step.name)
-        containers.append((step.name, container))
-        batches = _run_step(step.name, dofn, tuple(args), dict(kwargs), step.window_fn, tracker,
-                            _State(container), batches)
+    batches = values if batched else _batches(values)
     previous = statesampler.get_current_tracker()
     try:
-        for batch in batches:
-            yield from batch
+        for step in chain.steps:
+            dofn, args, kwargs, _, _ = pickler.loads(step.payload)
+            if step.side_inputs:
+                args, kwargs = insert_values_in_args(args, kwargs, _views(step, side_inputs))
+            container = MetricsContainer(step.name)
+            containers.append((step.name, container))
+            batches = _run_step(step.name, dofn, tuple(args), dict(kwargs), step.window_fn, tracker,
+                                _State(container), batches)
+        if chain.precombine is not None:
+            container = MetricsContainer(chain.precombine.name)
+            containers.append((chain.precombine.name, container))
+            batches = _precombine(chain.precombine, tracker, _State(container), batches)
+        if chain.shuffle is not None:
+            yield from _shuffled(chain, batches)
+        else:
+            for batch in batches:
+                yield from batch
     finally:
         statesampler.set_current_tracker(previous)
     infos = [info for name, container in containers

@@ -1,0 +1,256 @@
+"""Fused stages of Map-like steps, side inputs and a partial combine run on element objects, with Beam's results.
+
+Oracle: Beam's FnApiRunner (what DirectRunner runs in batch) on the same
+pipeline, written out with each element's window and timestamp, so a
+window, timestamp or pane that differs shows. Also checked: the stages take
+the object path, a GroupByKey fed by an object stage and a bundle-processor
+stage groups their keys together, the partial combine's eviction, metrics
+and errors of a CombineFn, side inputs of every kind read whole.
+"""
+from __future__ import annotations
+
+import logging
+
+import apache_beam as beam
+import pytest
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.transforms import combiners, core, window
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pipeline_outputs import spark_equals_direct
+
+from beam_ext.runner import PipelineError, SparkRunner
+
+pytestmark = pytest.mark.usefixtures("spark")
+
+OBJECTS = "runs its steps on element objects"
+
+
+class _Stamped(beam.DoFn):
+    """Each element with its window and timestamp (the oracle compares them too)."""
+
+    def process(self, element, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam):
+        yield [element, repr(w), float(t)]
+
+
+def _timestamped(p, events):
+    return (p | beam.Create(events)
+            | "Stamp" >> beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts)))
+
+
+WINDOWS = {
+    "global": window.GlobalWindows(),
+    "fixed": window.FixedWindows(5),
+    "sliding": window.SlidingWindows(6, 2),  # three windows per element
+}
+COMBINERS = {
+    "earliest": window.TimestampCombiner.OUTPUT_AT_EARLIEST,
+    "latest": window.TimestampCombiner.OUTPUT_AT_LATEST,
+    "end_of_window": window.TimestampCombiner.OUTPUT_AT_EOW,
+}
+COMBINE_FNS = {
+    "sum": sum,
+    "count": combiners.CountCombineFn(),
+    "mean": combiners.MeanCombineFn(),
+    "top": combiners.TopCombineFn(2),
+}
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(st.tuples(st.sampled_from("abcde"), st.integers(-5, 20), st.integers(0, 30)),
+                       max_size=60),
+       windows=st.sampled_from(sorted(WINDOWS)), timestamps=st.sampled_from(sorted(COMBINERS)),
+       fn=st.sampled_from(sorted(COMBINE_FNS)))
+def test_a_partial_combine_under_any_windowing_equals_beam(tmp_path_factory, caplog, events, windows, timestamps,
+                                                          fn):
+    def build(p):
+        # WindowInto keeps its stage on the bundle processor (it takes DoFn
+        # parameters); the grouping puts the combine in a stage of its own,
+        # its elements in their windows with the timestamps the grouping gave.
+        return (_timestamped(p, events)
+                | beam.WindowInto(WINDOWS[windows], timestamp_combiner=COMBINERS[timestamps])
+                | beam.GroupByKey()
+                | "Ungroup" >> beam.FlatMapTuple(lambda k, vs: [(k, v * 2) for v in vs])
+                | "Combine" >> beam.CombinePerKey(COMBINE_FNS[fn])
+                | beam.ParDo(_Stamped()))
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        spark_equals_direct(build, tmp_path_factory.mktemp("combine"))
+    assert any(OBJECTS in r.getMessage() and "Ungroup+Combine" in r.getMessage() for r in caplog.records)
+
+
+def test_the_object_path_is_taken_for_a_combine_and_a_grouping(tmp_path, caplog):
+    def build(p):
+        def words(label):
+            # A source per branch: branches of one source fuse into one stage of three outputs.
+            return p | f"{label}Lines" >> beam.Create(["a b", "b c c", ""]) | f"{label}Split" >> beam.FlatMap(str.split)
+        counted = words("C") | "Count" >> beam.combiners.Count.PerElement()
+        grouped = words("G") | "Pair" >> beam.Map(lambda w: (w, 1)) | beam.GroupByKey() | beam.MapTuple(
+            lambda w, ones: (w, len(ones)))
+        total = words("L") | "Len" >> beam.Map(len) | beam.CombineGlobally(sum)
+        return (counted, grouped, total | beam.Map(lambda n: ("total", n))) | beam.Flatten()
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        got = spark_equals_direct(build, tmp_path)
+    assert sorted(map(tuple, got)) == [("a", 1), ("a", 1), ("b", 2), ("b", 2), ("c", 2), ("c", 2), ("total", 5)]
+    taken = [r.getMessage() for r in caplog.records if OBJECTS in r.getMessage()]
+    assert any("Count" in m for m in taken) and any("Pair" in m for m in taken) and any("Len" in m for m in taken)
+
+
+class _Key:
+    """A key type of its own, with a deterministic coder: its bytes are length-prefixed on the wire."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __eq__(self, other):
+        return isinstance(other, _Key) and other.name == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+
+class _KeyCoder(beam.coders.Coder):
+    def encode(self, value):
+        return value.name.encode()
+
+    def decode(self, encoded):
+        return _Key(encoded.decode())
+
+    def is_deterministic(self):
+        return True
+
+
+beam.coders.registry.register_coder(_Key, _KeyCoder)
+
+
+class _KeyedWithSetup(beam.DoFn):
+    """A DoFn with ``setup``: its stage stays on Beam's bundle processor."""
+
+    def setup(self):
+        self.prefix = "k"
+
+    def process(self, n):
+        yield _Key(f"{self.prefix}{n % 3}"), n
+
+
+def test_a_grouping_fed_by_both_paths_groups_their_keys_together(tmp_path):
+    def build(p):
+        objects = p | "Objects" >> beam.Create(range(9)) | "ByMap" >> beam.Map(lambda n: (_Key(f"k{n % 3}"), n))
+        processor = p | "Processor" >> beam.Create(range(9, 15)) | "BySetup" >> beam.ParDo(_KeyedWithSetup())
+        return ((objects, processor) | beam.Flatten() | beam.GroupByKey()
+                | beam.MapTuple(lambda k, vs: (k.name, sorted(vs))))
+    got = spark_equals_direct(build, tmp_path)
+    assert got == [["k0", [0, 3, 6, 9, 12]], ["k1", [1, 4, 7, 10, 13]], ["k2", [2, 5, 8, 11, 14]]]
+
+
+def _side_inputs(p):
+    weights = p | "Weights" >> beam.Create([("a", 2), ("b", 3)])
+    numbers = p | "Numbers" >> beam.Create([10, 20])
+    empty = p | "Empty" >> beam.Create([]) | "AsInt" >> beam.Map(int)
+    return (p | beam.Create(["a", "b", "a", "c"])
+            | beam.Map(lambda w, d, xs, it, one, none: (w, d.get(w, 0), sorted(xs), sum(it), one, none),
+                       beam.pvalue.AsDict(weights), beam.pvalue.AsList(numbers), beam.pvalue.AsIter(numbers),
+                       one=beam.pvalue.AsSingleton(numbers | beam.CombineGlobally(max)),
+                       none=beam.pvalue.AsSingleton(empty, default_value="none"))
+            | beam.Map(lambda t: (t[0], t))
+            | beam.CombinePerKey(combiners.ToListCombineFn())
+            | beam.MapTuple(lambda k, ts: (k, sorted(ts))))
+
+
+def test_side_inputs_of_every_kind_are_read_whole(tmp_path, caplog):
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        got = spark_equals_direct(_side_inputs, tmp_path)
+    assert got[0] == ["a", [["a", 2, [10, 20], 30, 20, "none"]] * 2]
+    assert sum(OBJECTS in r.getMessage() and "Map(<lambda" in r.getMessage() for r in caplog.records) >= 1
+
+
+class _CountingSum(beam.CombineFn):
+    def __init__(self):
+        self.added = Metrics.counter("combine", "added")
+
+    def create_accumulator(self):
+        return 0
+
+    def add_input(self, acc, x):
+        if x < 0:
+            raise ValueError(f"negative input {x}")
+        self.added.inc()
+        return acc + x
+
+    def merge_accumulators(self, accs):
+        return sum(accs)
+
+    def extract_output(self, acc):
+        return acc
+
+
+def test_a_combine_fns_metrics_count_under_its_step_as_in_beam():
+    def run(runner):
+        p = beam.Pipeline(runner=runner)
+        _ = (p | beam.Create([(k % 4, k) for k in range(40)]) | "Total" >> beam.CombinePerKey(_CountingSum()))
+        result = p.run()
+        result.wait_until_finish()
+        [added] = result.metrics().query(MetricsFilter().with_name("added").with_step("Total"))["counters"]
+        return added.committed
+    assert run(SparkRunner()) == run("DirectRunner") == 40
+
+
+def test_a_failing_combine_fn_names_its_step():
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = p | beam.Create([(1, 1), (1, -1)]) | "Total" >> beam.CombinePerKey(_CountingSum())
+    assert "Total" in str(info.value) and "negative input -1" in str(info.value)
+
+
+def test_the_partial_combine_evicts_its_oldest_keys_and_loses_none():
+    # Beam's bound is 100,000 keys (1,000,000 for small accumulators); a
+    # small one shows the eviction on a few elements.
+    from apache_beam.internal import pickler
+    from apache_beam.metrics.execution import MetricsContainer
+
+    from beam_ext.runner.worker import _direct
+
+    combine = _direct.DirectCombine("Total/Precombine", pickler.dumps((_CountingSum(), [], {})),
+                                    core.Windowing(window.GlobalWindows()))
+    values = [window.GlobalWindows.windowed_value((k % 50, k)) for k in range(1000)]
+    seen: list[list] = []
+    for batch in _direct._precombine(combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
+                                     _direct._batches(iter(values)), max_keys=10):
+        seen.append(batch)
+    outputs = [wv.value for batch in seen for wv in batch]
+    assert len(seen) > 1 and len(outputs) > 50  # keys left and came back
+    totals: dict = {}
+    for key, partial in outputs:
+        totals[key] = totals.get(key, 0) + partial
+    assert totals == {k: sum(range(k, 1000, 50)) for k in range(50)}
+
+
+@pytest.mark.parametrize("timestamps", sorted(COMBINERS))
+def test_the_partial_combine_keeps_each_window_of_an_element_apart(timestamps):
+    # An element in several windows (a materialized sliding-window
+    # PCollection keeps them together) adds to each window's accumulator.
+    from apache_beam.internal import pickler
+    from apache_beam.metrics.execution import MetricsContainer
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    from beam_ext.runner.worker import _direct
+
+    windowing = core.Windowing(window.SlidingWindows(6, 2), timestamp_combiner=COMBINERS[timestamps])
+    combine = _direct.DirectCombine("Total/Precombine", pickler.dumps((core.CombineFn.maybe_from_callable(sum), [], {})),
+                                    windowing)
+    events = [("a", 1, 1), ("a", 2, 3), ("b", 5, 4), ("a", 7, 8)]
+    values = [WindowedValue((k, v), ts, tuple(window.SlidingWindows(6, 2).assign(
+        window.WindowFn.AssignContext(ts)))) for k, v, ts in events]
+    out = [wv for batch in _direct._precombine(combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
+                                               _direct._batches(iter(values))) for wv in batch]
+    want = {}
+    for k, v, ts in events:
+        for w in window.SlidingWindows(6, 2).assign(window.WindowFn.AssignContext(ts)):
+            total, stamps = want.get((k, w), (0, []))
+            want[(k, w)] = (total + v, stamps + [ts])
+    got = {(wv.value[0], wv.windows[0]): (sum(wv.value[1]), wv.timestamp) for wv in out}
+    assert all(len(wv.windows) == 1 for wv in out)
+    expected_stamp = {"earliest": min, "latest": max, "end_of_window": None}[timestamps]
+    assert got == {key: (total, expected_stamp(stamps) if expected_stamp else key[1].max_timestamp())
+                   for key, (total, stamps) in want.items()}
