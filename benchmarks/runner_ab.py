@@ -24,8 +24,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-from runner_throughput import (beam_combine, beam_gbk, beam_side_join, beam_side_mean, beam_wordcount,  # noqa: E402
-                               make_text)
+from runner_throughput import beam_combine, beam_gbk, beam_side_join, beam_side_mean, beam_wordcount, make_text  # noqa: E402
 from sliding import DAY, MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
 from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
