@@ -90,10 +90,6 @@ class DirectChain:
     shuffle: ShuffleWriter | None = None
     partitions: int = 0
 
-    @property
-    def side_input_count(self) -> int:
-        return len({si.index for step in self.steps for si in step.side_inputs})
-
 
 class _Tracker:
     """What Beam's ``Metrics`` find through ``statesampler.get_current_tracker()``:
@@ -325,6 +321,14 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State,
         for wkey in old:
             del table[wkey]
 
+    def new_entry(wkey: Any, timestamp: Any, out: list) -> list:
+        # Called only for a key not held: a held key's entry (a non-empty
+        # list, so truthy) is found by the caller's table.get.
+        if len(table) >= max_keys:
+            evict(out)
+        entry = table[wkey] = [create(), timestamp]
+        return entry
+
     grouping, batches_seen = True, 0
     tracker.enter(state)
     combine_fn.setup()
@@ -350,32 +354,20 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State,
                         else:
                             group.append(value)
                     for key, values in groups.items():
-                        entry = table.get(key)
-                        if entry is None:
-                            if len(table) >= max_keys:
-                                evict(out)
-                            entry = table[key] = [create(), None]
+                        entry = table.get(key) or new_entry(key, None, out)
                         entry[0] = add_all(entry[0], values)
                     grouping = len(groups) * _FEW_KEYS <= len(batch)
                     batch = ()
                 for wv in batch:
                     key, value = wv.value
                     if default:
-                        entry = table.get(key)
-                        if entry is None:
-                            if len(table) >= max_keys:
-                                evict(out)
-                            entry = table[key] = [create(), None]
+                        entry = table.get(key) or new_entry(key, None, out)
                         entry[0] = add(entry[0], value)
                         continue
                     timestamp = wv.timestamp if combiner is not None else None
                     for window in wv.windows:
                         wkey = (window, key)
-                        entry = table.get(wkey)
-                        if entry is None:
-                            if len(table) >= max_keys:
-                                evict(out)
-                            entry = table[wkey] = [create(), timestamp]
+                        entry = table.get(wkey) or new_entry(wkey, timestamp, out)
                         entry[0] = add(entry[0], value)
                         if combiner is not None:
                             entry[1] = combiner.combine(entry[1], timestamp)
