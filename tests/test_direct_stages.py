@@ -218,12 +218,32 @@ def test_the_partial_combine_evicts_its_oldest_keys_and_loses_none():
     for batch in _direct._precombine(combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
                                      _direct._batches(iter(values)), max_keys=10):
         seen.append(batch)
-    outputs = [wv.value for batch in seen for wv in batch]
+    outputs = [wv.value for batch in seen for wv in _direct._windowed(batch)]
     assert len(seen) > 1 and len(outputs) > 50  # keys left and came back
     totals: dict = {}
     for key, partial in outputs:
         totals[key] = totals.get(key, 0) + partial
     assert totals == {k: sum(range(k, 1000, 50)) for k in range(50)}
+
+
+def test_a_partial_count_evicts_its_oldest_keys_and_loses_none():
+    # Count's CountCombineFn is counted per batch in C; its eviction too loses nothing.
+    from apache_beam.internal import pickler
+    from apache_beam.metrics.execution import MetricsContainer
+
+    from beam_ext.runner.worker import _direct
+
+    combine = _direct.DirectCombine("Count/Precombine", pickler.dumps((combiners.CountCombineFn(), [], {})),
+                                    core.Windowing(window.GlobalWindows()))
+    values = [window.GlobalWindows.windowed_value((k % 50, None)) for k in range(3000)]
+    seen = list(_direct._precombine(combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
+                                    map(_direct._same, _direct._batches(iter(values))), max_keys=10))
+    outputs = [wv.value for batch in seen for wv in _direct._windowed(batch)]
+    assert len(outputs) > 50  # keys left and came back
+    totals: dict = {}
+    for key, partial in outputs:
+        totals[key] = totals.get(key, 0) + partial
+    assert totals == {k: 60 for k in range(50)}
 
 
 @pytest.mark.parametrize("timestamps", sorted(COMBINERS))
@@ -239,11 +259,14 @@ def test_the_partial_combine_keeps_each_window_of_an_element_apart(timestamps):
     windowing = core.Windowing(window.SlidingWindows(6, 2), timestamp_combiner=COMBINERS[timestamps])
     combine = _direct.DirectCombine("Total/Precombine", pickler.dumps((core.CombineFn.maybe_from_callable(sum), [], {})),
                                     windowing)
-    events = [("a", 1, 1), ("a", 2, 3), ("b", 5, 4), ("a", 7, 8)]
+    # Elements of differing windows, then a batch of elements sharing theirs.
+    events = [("a", 1, 1), ("a", 2, 3), ("b", 5, 4), ("a", 7, 8)] + [("c", v, 5) for v in range(20)]
     values = [WindowedValue((k, v), ts, tuple(window.SlidingWindows(6, 2).assign(
         window.WindowFn.AssignContext(ts)))) for k, v, ts in events]
+    batches = [_direct._same(values[:4]), _direct._same(values[4:])]
+    assert type(batches[0]) is list and type(batches[1]) is _direct.Same
     out = [wv for batch in _direct._precombine(combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
-                                               _direct._batches(iter(values))) for wv in batch]
+                                               iter(batches)) for wv in _direct._windowed(batch)]
     want = {}
     for k, v, ts in events:
         for w in window.SlidingWindows(6, 2).assign(window.WindowFn.AssignContext(ts)):

@@ -74,17 +74,27 @@ class ShuffleWriter:
         """The pairs :meth:`split` gives for the encoding of ``values`` (windowed
         KVs), from the objects: the coder must be the real one, not the
         runner's bytes view of it."""
+        if self._trivial:
+            yield from self.value_pairs(wv.value for wv in values)
+            return
+        key = self._coder.wrapped_value_coder.key_coder().get_impl().encode_nested
+        encode = self._coder.get_impl().encode_nested
+        for wv in values:
+            yield key(wv.value[0]), encode(wv)
+
+    @property
+    def trivial(self) -> bool:
+        """Whether the grouping is trivial (global window, default trigger): payloads are values alone."""
+        return self._trivial
+
+    def value_pairs(self, kvs: Iterable[tuple[Any, Any]]) -> Iterator[tuple[bytes, bytes]]:
+        """:meth:`pairs` of a trivial grouping, from the elements' ``(key, value)`` values alone."""
+        assert self._trivial
         kv_coder = self._coder.wrapped_value_coder
         key = kv_coder.key_coder().get_impl().encode_nested
-        if self._trivial:
-            value = kv_coder.value_coder().get_impl().encode_nested
-            for wv in values:
-                k, v = wv.value
-                yield key(k), value(v)
-        else:
-            encode = self._coder.get_impl().encode_nested
-            for wv in values:
-                yield key(wv.value[0]), encode(wv)
+        value = kv_coder.value_coder().get_impl().encode_nested
+        for k, v in kvs:
+            yield key(k), value(v)
 
 
 class Buckets:

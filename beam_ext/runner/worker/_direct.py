@@ -34,6 +34,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import traceback
+from collections import Counter
+from itertools import islice, repeat
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from apache_beam.portability.api import beam_fn_api_pb2
@@ -171,6 +174,41 @@ def _batches(values: Iterator[Any]) -> Iterator[list]:
         yield batch
 
 
+class Same:
+    """A batch of values that share one timestamp, window set and pane: ``template``'s.
+
+    Most batch pipelines' elements do (the global window, a bounded read's
+    timestamp): a step then maps a list of values, and makes no
+    ``WindowedValue`` per element until one leaves the chain.
+    """
+
+    __slots__ = ("template", "values")
+
+    def __init__(self, template: Any, values: list) -> None:
+        self.template = template
+        self.values = values
+
+    def windowed(self) -> list:
+        """The batch as ``WindowedValue`` elements."""
+        return list(map(self.template.with_value, self.values))
+
+
+def _same(batch: list) -> Same | list:
+    """``batch`` (``WindowedValue`` elements) as a :class:`Same` if its elements share their windowing."""
+    first = batch[0]
+    micros, windows, pane = first.timestamp_micros, first.windows, first.pane_info
+    for wv in batch:
+        # Identity first: elements built from one template share its objects.
+        if (wv.timestamp_micros != micros or (wv.windows is not windows and wv.windows != windows)
+                or (wv.pane_info is not pane and wv.pane_info != pane)):
+            return batch
+    return Same(first, [wv.value for wv in batch])
+
+
+def _windowed(batch: Same | list) -> list:
+    return batch.windowed() if type(batch) is Same else batch
+
+
 def _map_fn(dofn: Any) -> Callable | None:
     """The user's function of a ``Map``, whose DoFn wraps it as ``lambda x: [fn(x)]``, else None.
 
@@ -208,13 +246,24 @@ def _map_wrapper_codes() -> tuple:
     return core.Map(one).fn._fn.__code__, core.Map(more, None).fn._fn.__code__
 
 
+def _checks_output(dofn: Any) -> bool:
+    """Whether Beam checks the step's first result for a str, bytes or dict
+    (a DoFn class whose ``process`` returns rather than yields)."""
+    import inspect
+
+    from apache_beam.transforms import core
+
+    return not isinstance(dofn, core.CallableWrapperDoFn) and not inspect.isgeneratorfunction(dofn.process)
+
+
 def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, tracker: _Tracker,
-              state: _State, batches: Iterator[list]) -> Iterator[list]:
+              state: _State, batches: Iterator[Same | list]) -> Iterator[Same | list]:
     from apache_beam.pvalue import TaggedOutput
     from apache_beam.transforms.window import TimestampedValue, WindowFn
     from apache_beam.utils.windowed_value import WindowedValue
 
     special = (WindowedValue, TimestampedValue, TaggedOutput)
+    plain_types: set = set()
 
     def output(wv: Any, result: Any) -> Any:
         """What Beam's ``_OutputHandler`` makes of a result that is not a plain value."""
@@ -230,44 +279,106 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             return out
         raise ValueError(f"emitted TaggedOutput({result.tag!r}, ...), but the step has no tagged outputs")
 
+    def outputs(template: Any, results: list) -> Same | list:
+        """``results`` of elements windowed as ``template``, as the next step's batch."""
+        types = set(map(type, results))  # one pass in C; a type is checked once
+        if not types <= plain_types:
+            for kind in types - plain_types:
+                if issubclass(kind, special):
+                    # Elements that may share windowing again (Reshuffle's
+                    # restored timestamps, all the minimum): checked.
+                    return _same([output(template, r) if isinstance(r, special) else template.with_value(r)
+                                  for r in results])
+                plain_types.add(kind)
+        return Same(template, results)
+
+    check = _checks_output(dofn)
     fn = _map_fn(dofn)
-    process = dofn.process if fn is None else fn
-    if args:
-        # Beam passes a step's extra arguments after the element.
-        process = lambda value, _p=process: _p(value, *args, **kwargs)  # noqa: E731
-    elif kwargs:
-        process = functools.partial(process, **kwargs)
+    call = dofn.process if fn is None else fn
+    if kwargs:
+        call = functools.partial(call, **kwargs)
+    # Beam passes a step's extra arguments after the element: a Map's
+    # function is mapped over the values and a repeat of each.
+    extra = [repeat(arg) for arg in args]
+    process = (lambda value: call(value, *args)) if args else call
     for batch in batches:
-        out: list = []
-        append = out.append
         # Again for every batch: a bundle processor run in between (another
         # stage of the task, while this chain waits for input) resets it.
         tracker.enter(state)
         try:
+            if type(batch) is not Same:
+                yield from _run_windowed(process, fn is not None, check, output, special, batch, tracker, state)
+                check = False
+                continue
+            template = batch.template
             if fn is not None:
-                for wv in batch:
-                    result = process(wv.value)
-                    append(output(wv, result) if isinstance(result, special) else wv.with_value(result))
-            else:
-                for wv in batch:
-                    results = process(wv.value)
-                    if results is None:
-                        continue
-                    # A list or a generator: a generator's body runs here,
-                    # under this step's state, as it reads.
-                    for result in results:
-                        append(output(wv, result) if isinstance(result, special) else wv.with_value(result))
-                        if len(out) >= _BATCH:
-                            # A step's fan-out is passed on a batch at a
-                            # time, never held whole (memory bounded).
-                            yield out
-                            out = []
-                            append = out.append
-                            tracker.enter(state)
+                yield outputs(template, list(map(call, batch.values, *extra)))
+                continue
+            out: list = []
+            for value in batch.values:
+                results = process(value)
+                if check:
+                    _check_result(results)
+                    check = False
+                if results is None:
+                    continue
+                if type(results) in (list, tuple) and len(results) <= _BATCH:
+                    out += results
+                else:
+                    # A step's fan-out is passed on a batch at a time, never
+                    # held whole (memory bounded); a generator's body runs
+                    # here, under this step's state, as it is read.
+                    rest = iter(results)
+                    while True:
+                        out += islice(rest, _BATCH - len(out))
+                        if len(out) < _BATCH:
+                            break
+                        yield outputs(template, out)
+                        out = []
+                        tracker.enter(state)
+                if len(out) >= _BATCH:
+                    yield outputs(template, out)
+                    out = []
+                    tracker.enter(state)
+            if out:
+                yield outputs(template, out)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
-        if out:
-            yield out
+
+
+def _check_result(results: Any) -> None:
+    # Beam's check of a DoFn class's first result (apache/beam#18712).
+    if isinstance(results, (str, bytes, dict)):
+        raise TypeError(f"Returning a {type(results).__name__} from a ParDo or FlatMap is not allowed. "
+                        f"Please use list({results!r}) if you really want this behavior.")
+
+
+def _run_windowed(process: Callable, is_map: bool, check: bool, output: Callable, special: tuple,
+                  batch: list, tracker: _Tracker, state: _State) -> Iterator[list]:
+    """A step over ``WindowedValue`` elements of differing windowing, as Beam runs it per element."""
+    out: list = []
+    append = out.append
+    if is_map:
+        for wv in batch:
+            result = process(wv.value)
+            append(output(wv, result) if isinstance(result, special) else wv.with_value(result))
+    else:
+        for wv in batch:
+            results = process(wv.value)
+            if check:
+                _check_result(results)
+                check = False
+            if results is None:
+                continue
+            for result in results:
+                append(output(wv, result) if isinstance(result, special) else wv.with_value(result))
+                if len(out) >= _BATCH:
+                    yield out
+                    out = []
+                    append = out.append
+                    tracker.enter(state)
+    if out:
+        yield out
 
 
 # The partial combine adds a batch's values per key in one call while a
@@ -276,12 +387,20 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
 _FEW_KEYS = 8
 _REGROUP_EVERY = 64
 
+# The windows of an element under default windowing, for the partial combine:
+# its table is keyed by the key alone.
+_KEY_ALONE = (None,)
+_first = itemgetter(0)
 
-def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State,
-                batches: Iterator[list], max_keys: int | None = None) -> Iterator[list]:
+
+def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batches: Iterator[Same | list],
+                max_keys: int | None = None, unkeyed: bool = False) -> Iterator[Same | list]:
     """Beam's ``PGBKCVOperation`` over the task's input: one flush at the end, not one per bundle.
 
-    ``max_keys``: the keys held before a tenth are evicted; Beam's bound by default."""
+    ``max_keys``: the keys held before a tenth are evicted; Beam's bound by
+    default. ``unkeyed``: the input is the values alone, each under the key
+    None (``CombineGlobally``'s key-with-None step, folded in; default
+    windowing only)."""
     from apache_beam.internal import pickler
     from apache_beam.transforms import combiners, core
     from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
@@ -293,19 +412,26 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State,
     compact = None if combine_fn.compact.__func__ is core.CombineFn.compact else combine_fn.compact
     windowing = combine.windowing
     default = windowing.is_default()
+    assert default or not unkeyed
     combiner = (None if windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW
                 else TimestampCombiner.get_impl(windowing.timestamp_combiner, windowing.windowfn))
     # Beam's bound: more keys for combiners whose accumulators are known to be tiny.
     if max_keys is None:
         max_keys = 1000 * 1000 if (isinstance(fn, (combiners.CountCombineFn, combiners.MeanCombineFn)) or (
             isinstance(fn, core.CallableWrapperCombineFn) and fn._fn in (min, max, sum))) else 100 * 1000
+    # Count's CountCombineFn adds one per element, whatever its value: the
+    # table then holds each key's count, and a batch's keys are counted in C.
+    counting = default and not unkeyed and type(fn) is combiners.CountCombineFn and not args and not kwargs
     global_wv = GlobalWindows.windowed_value(None)
-    table: dict = {}
+    table: dict = Counter() if counting else {}
 
-    def emit(wkey: Any, entry: list) -> Any:
+    def emit(wkey: Any, entry: Any) -> Any:
+        """An output: under default windowing a value of ``global_wv``'s windowing, else an element."""
+        if counting:
+            return wkey, entry
         value = entry[0] if compact is None else compact(entry[0])
         if default:
-            return global_wv.with_value((wkey, value))
+            return wkey, value
         window, key = wkey
         return WindowedValue((key, value), window.max_timestamp() if combiner is None else entry[1], (window,))
 
@@ -329,6 +455,45 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State,
         entry = table[wkey] = [create(), timestamp]
         return entry
 
+    def add_grouped(kvs: list, windows: tuple, timestamp: Any, out: list) -> int:
+        """Adds a batch's values of a key in one call, which CombineFns may do
+        faster than one at a time (Beam's contract: the same result); the
+        number of keys."""
+        groups: dict = {}
+        for key, value in kvs:
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [value]
+            else:
+                group.append(value)
+        for key, values in groups.items():
+            for window in windows:
+                wkey = key if window is None else (window, key)
+                entry = table.get(wkey) or new_entry(wkey, timestamp, out)
+                entry[0] = add_all(entry[0], values)
+                if combiner is not None:
+                    entry[1] = combiner.combine(entry[1], timestamp)
+        return len(groups)
+
+    def add_each(kvs: list, windows: tuple, timestamp: Any, out: list) -> None:
+        if windows is _KEY_ALONE:
+            for key, value in kvs:
+                entry = table.get(key) or new_entry(key, None, out)
+                entry[0] = add(entry[0], value)
+            return
+        for key, value in kvs:
+            for window in windows:
+                wkey = (window, key)
+                entry = table.get(wkey) or new_entry(wkey, timestamp, out)
+                entry[0] = add(entry[0], value)
+                if combiner is not None:
+                    entry[1] = combiner.combine(entry[1], timestamp)
+
+    def add_windowed(batch: list, out: list) -> None:
+        # Elements of differing windowing, each added in its own windows.
+        for wv in batch:
+            add_each((wv.value,), wv.windows, wv.timestamp if combiner is not None else None, out)
+
     grouping, batches_seen = True, 0
     tracker.enter(state)
     combine_fn.setup()
@@ -337,44 +502,36 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State,
             out: list = []
             tracker.enter(state)
             try:
-                if default and batches_seen % _REGROUP_EVERY == 0:
-                    grouping = True
-                batches_seen += 1
-                if default and grouping:
-                    # A batch's values of a key are added in one call, which
-                    # CombineFns may do faster than one at a time (Beam's
-                    # contract: the same result). Worth it only where keys
-                    # repeat within a batch: tried again now and then.
-                    groups: dict = {}
-                    for wv in batch:
-                        key, value = wv.value
-                        group = groups.get(key)
-                        if group is None:
-                            groups[key] = [value]
-                        else:
-                            group.append(value)
-                    for key, values in groups.items():
-                        entry = table.get(key) or new_entry(key, None, out)
-                        entry[0] = add_all(entry[0], values)
-                    grouping = len(groups) * _FEW_KEYS <= len(batch)
-                    batch = ()
-                for wv in batch:
-                    key, value = wv.value
-                    if default:
-                        entry = table.get(key) or new_entry(key, None, out)
-                        entry[0] = add(entry[0], value)
-                        continue
-                    timestamp = wv.timestamp if combiner is not None else None
-                    for window in wv.windows:
-                        wkey = (window, key)
-                        entry = table.get(wkey) or new_entry(wkey, timestamp, out)
-                        entry[0] = add(entry[0], value)
-                        if combiner is not None:
-                            entry[1] = combiner.combine(entry[1], timestamp)
+                same = type(batch) is Same
+                if counting:
+                    table.update(map(_first, batch.values if same else [wv.value for wv in batch]))
+                    if len(table) > max_keys:
+                        evict(out)
+                elif unkeyed:
+                    entry = table.get(None) or new_entry(None, None, out)
+                    entry[0] = add_all(entry[0], batch.values if same else [wv.value for wv in batch])
+                elif same or default:
+                    if same:
+                        kvs = batch.values
+                        windows = _KEY_ALONE if default else batch.template.windows
+                        timestamp = batch.template.timestamp if combiner is not None else None
+                    else:
+                        kvs, windows, timestamp = [wv.value for wv in batch], _KEY_ALONE, None
+                    if batches_seen % _REGROUP_EVERY == 0:
+                        grouping = True
+                    batches_seen += 1
+                    # Grouping pays only where keys repeat within a batch:
+                    # tried again now and then.
+                    if grouping:
+                        grouping = add_grouped(kvs, windows, timestamp, out) * _FEW_KEYS <= len(kvs)
+                    else:
+                        add_each(kvs, windows, timestamp, out)
+                else:
+                    add_windowed(batch, out)
             except Exception as exc:  # noqa: BLE001 - re-raised naming the step
                 raise StepFailed(traceback.format_exc() + _STEP_TAG % combine.name) from exc
             if out:
-                yield out
+                yield Same(global_wv, out) if default else out
         tracker.enter(state)
         try:
             out = [emit(wkey, entry) for wkey, entry in table.items()]
@@ -382,7 +539,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State,
             raise StepFailed(traceback.format_exc() + _STEP_TAG % combine.name) from exc
         table.clear()
         if out:
-            yield out
+            yield Same(global_wv, out) if default else out
     finally:
         combine_fn.teardown()
 
@@ -391,10 +548,13 @@ def _shuffled(chain: DirectChain, batches: Iterator[list]) -> Iterator[tuple[int
     """``(target partition, blob)`` pairs of the chain's output, as the bundle processor's would be packed."""
     last = chain.precombine.name if chain.precombine is not None else chain.steps[-1].name
     buckets = Buckets(chain.partitions)
-    pairs = chain.shuffle.pairs
+    shuffle = chain.shuffle
     for batch in batches:
         try:
-            yield from buckets.add(pairs(batch))
+            if type(batch) is Same and shuffle.trivial:
+                yield from buckets.add(shuffle.value_pairs(batch.values))
+            else:
+                yield from buckets.add(shuffle.pairs(_windowed(batch)))
         except Exception as exc:  # noqa: BLE001 - an output the GroupByKey's coder refuses
             raise StepFailed(traceback.format_exc() + _STEP_TAG % last) from exc
     yield from buckets.flush()
@@ -434,11 +594,17 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, values: Iter
         setup.apply()  # before the DoFns are unpickled
     tracker = _Tracker()
     containers = []
-    batches = values if batched else _batches(values)
+    batches = map(_same, values if batched else _batches(values))
     previous = statesampler.get_current_tracker()
+    steps = [(step, pickler.loads(step.payload)) for step in chain.steps]
+    # CombineGlobally's key-with-None step, folded into its partial combine
+    # (the values need no key to be grouped by); it has no metrics of its own.
+    unkeyed = bool(chain.precombine is not None and chain.precombine.windowing.is_default() and steps
+                   and _map_fn(steps[-1][1][0]) is _key_with_none)
+    if unkeyed:
+        steps.pop()
     try:
-        for step in chain.steps:
-            dofn, args, kwargs, _, _ = pickler.loads(step.payload)
+        for step, (dofn, args, kwargs, _, _) in steps:
             if step.side_inputs:
                 args, kwargs = insert_values_in_args(args, kwargs, _views(step, side_inputs))
             container = MetricsContainer(step.name)
@@ -448,12 +614,12 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, values: Iter
         if chain.precombine is not None:
             container = MetricsContainer(chain.precombine.name)
             containers.append((chain.precombine.name, container))
-            batches = _precombine(chain.precombine, tracker, _State(container), batches)
+            batches = _precombine(chain.precombine, tracker, _State(container), batches, unkeyed=unkeyed)
         if chain.shuffle is not None:
             yield from _shuffled(chain, batches)
         else:
             for batch in batches:
-                yield from batch
+                yield from _windowed(batch)
     finally:
         statesampler.set_current_tracker(previous)
     infos = [info for name, container in containers
