@@ -93,3 +93,20 @@ def test_one_create_read_by_two_consumers_and_a_side_input(spark):
         shares = numbers | beam.Map(lambda x, t: x / t, t=beam.pvalue.AsSingleton(total))
         assert_that(shares | "SumShares" >> beam.CombineGlobally(sum), equal_to([1.0]), label="shares")
         assert_that(numbers | beam.combiners.Count.Globally(), equal_to([10]), label="count")
+
+
+def test_the_replacement_keeps_the_type_beam_inferred_without_inferring_again():
+    # Beam infers a Create's output type from every value; the native
+    # replacement takes the original's instead of inferring it twice more.
+    from apache_beam.typehints import typehints
+
+    from beam_ext.runner.planning._create_override import CreateOverride, _NativeCreate
+
+    p = beam.Pipeline(runner=SparkRunner())
+    out = p | beam.Create([1, "a", 2])
+    assert out.element_type == typehints.Union[int, str]
+    p.replace_all([CreateOverride()])
+    [create] = [part for part in p.transforms_stack[0].parts if isinstance(part.transform, _NativeCreate)]
+    assert create.transform._output_type == typehints.Union[int, str]
+    assert create.outputs[None].element_type == typehints.Union[int, str]
+    assert create.transform.get_output_type() == typehints.Union[int, str]
