@@ -226,24 +226,55 @@ def test_the_partial_combine_evicts_its_oldest_keys_and_loses_none():
     assert totals == {k: sum(range(k, 1000, 50)) for k in range(50)}
 
 
-def test_a_partial_count_evicts_its_oldest_keys_and_loses_none():
-    # Count's CountCombineFn is counted per batch in C; its eviction too loses nothing.
+PLAIN_FNS = [combiners.CountCombineFn(), combiners.MeanCombineFn(), core.CombineFn.maybe_from_callable(sum),
+             core.CombineFn.maybe_from_callable(min), core.CombineFn.maybe_from_callable(max)]
+PLAIN_IDS = ["count", "mean", "sum", "min", "max"]
+
+
+def _partial_combine(fn, kvs: list, max_keys: int | None = None) -> list:
     from apache_beam.internal import pickler
     from apache_beam.metrics.execution import MetricsContainer
 
     from beam_ext.runner.worker import _direct
 
-    combine = _direct.DirectCombine("Count/Precombine", pickler.dumps((combiners.CountCombineFn(), [], {})),
+    combine = _direct.DirectCombine("Fn/Precombine", pickler.dumps((fn, [], {})),
                                     core.Windowing(window.GlobalWindows()))
-    values = [window.GlobalWindows.windowed_value((k % 50, None)) for k in range(3000)]
-    seen = list(_direct._precombine(combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
-                                    map(_direct._same, _direct._batches(iter(values))), max_keys=10))
-    outputs = [wv.value for batch in seen for wv in _direct._windowed(batch)]
+    values = [window.GlobalWindows.windowed_value(kv) for kv in kvs]
+    return [wv.value for batch in _direct._precombine(
+        combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
+        map(_direct._same, _direct._batches(iter(values))), max_keys=max_keys) for wv in _direct._windowed(batch)]
+
+
+@pytest.mark.parametrize("fn", PLAIN_FNS, ids=PLAIN_IDS)
+@settings(max_examples=40, deadline=None)
+@given(kvs=st.lists(st.tuples(st.integers(0, 2), st.one_of(
+    st.integers(-10**20, 10**20), st.floats(allow_nan=False, allow_infinity=False))), max_size=60))
+def test_plain_partial_combines_equal_beams_accumulators_to_the_bit(fn, kvs):
+    # Count, Mean, sum, min and max keep plain accumulators updated in place;
+    # each key's must equal Beam's own add_input one value at a time, then
+    # compact (a float's sign of zero and rounding included).
+    want: dict = {}
+    for key, value in kvs:
+        want[key] = fn.add_input(want.get(key, fn.create_accumulator()), value)
+    got = dict(_partial_combine(fn, kvs))
+    assert repr(got) == repr({key: fn.compact(acc) for key, acc in want.items()})
+
+
+@pytest.mark.parametrize("fn", PLAIN_FNS, ids=PLAIN_IDS)
+def test_plain_partial_combines_evict_their_oldest_keys_and_lose_none(fn):
+    # Their eviction too loses nothing.
+    kvs = [(k % 50, k * 0.5) for k in range(3000)]
+    outputs = _partial_combine(fn, kvs, max_keys=10)
     assert len(outputs) > 50  # keys left and came back
-    totals: dict = {}
+    partials: dict = {}
     for key, partial in outputs:
-        totals[key] = totals.get(key, 0) + partial
-    assert totals == {k: 60 for k in range(50)}
+        partials.setdefault(key, []).append(partial)
+    # Beam's own add_input, one value at a time, per key.
+    want: dict = {}
+    for key, value in kvs:
+        want[key] = fn.add_input(want.get(key, fn.create_accumulator()), value)
+    assert ({key: fn.extract_output(fn.merge_accumulators(accs)) for key, accs in partials.items()}
+            == {key: fn.extract_output(acc) for key, acc in want.items()})
 
 
 @pytest.mark.parametrize("timestamps", sorted(COMBINERS))

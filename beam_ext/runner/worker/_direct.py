@@ -40,6 +40,7 @@ from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from apache_beam.portability.api import beam_fn_api_pb2
+from apache_beam.transforms import combiners
 
 from beam_ext.errors import BeamExtError
 from beam_ext.runner._shuffle import Buckets, ShuffleWriter
@@ -402,7 +403,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     None (``CombineGlobally``'s key-with-None step, folded in; default
     windowing only)."""
     from apache_beam.internal import pickler
-    from apache_beam.transforms import combiners, core
+    from apache_beam.transforms import core
     from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
     from apache_beam.utils.windowed_value import WindowedValue
 
@@ -419,16 +420,18 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     if max_keys is None:
         max_keys = 1000 * 1000 if (isinstance(fn, (combiners.CountCombineFn, combiners.MeanCombineFn)) or (
             isinstance(fn, core.CallableWrapperCombineFn) and fn._fn in (min, max, sum))) else 100 * 1000
-    # Count's CountCombineFn adds one per element, whatever its value: the
-    # table then holds each key's count, and a batch's keys are counted in C.
-    counting = default and not unkeyed and type(fn) is combiners.CountCombineFn and not args and not kwargs
+    # Count's and Mean's CombineFns, whose add_input is plain arithmetic,
+    # keep plain accumulators in the table (a key's count; its [sum, count])
+    # updated by the same arithmetic without a call per element; a batch's
+    # keys are counted in C.
+    plain = _plain_adds(fn) if default and not unkeyed and not args and not kwargs else None
     global_wv = GlobalWindows.windowed_value(None)
-    table: dict = Counter() if counting else {}
+    table: dict = Counter() if plain is _COUNTS else {}
 
     def emit(wkey: Any, entry: Any) -> Any:
         """An output: under default windowing a value of ``global_wv``'s windowing, else an element."""
-        if counting:
-            return wkey, entry
+        if plain:
+            return wkey, plain[1](entry)
         value = entry[0] if compact is None else compact(entry[0])
         if default:
             return wkey, value
@@ -503,8 +506,8 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             tracker.enter(state)
             try:
                 same = type(batch) is Same
-                if counting:
-                    table.update(map(_first, batch.values if same else [wv.value for wv in batch]))
+                if plain:
+                    plain[0](table, batch.values if same else [wv.value for wv in batch])
                     if len(table) > max_keys:
                         evict(out)
                 elif unkeyed:
@@ -542,6 +545,82 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             yield Same(global_wv, out) if default else out
     finally:
         combine_fn.teardown()
+
+
+def _count_keys(counts: Counter, kvs: list) -> None:
+    # CountCombineFn.add_input: accumulator + 1, whatever the value.
+    counts.update(map(_first, kvs))
+
+
+def _add_means(table: dict, kvs: list) -> None:
+    # MeanCombineFn: create_accumulator (0, 0); add_input (sum_ + element, count + 1).
+    get = table.get
+    for key, value in kvs:
+        acc = get(key)
+        if acc is None:
+            table[key] = [0 + value, 1]
+        else:
+            acc[0] = acc[0] + value
+            acc[1] += 1
+
+
+def _add_sums(table: dict, kvs: list) -> None:
+    # CombineFn.from_callable(sum) buffers values and sums them every few:
+    # 0 + a0 + a1 + ..., in order, as a running total does. A single
+    # value's accumulator is the value itself: it is kept too.
+    get = table.get
+    for key, value in kvs:
+        acc = get(key)
+        if acc is None:
+            table[key] = [0 + value, 1, value]
+        else:
+            acc[0] = acc[0] + value
+            acc[1] += 1
+
+
+def _add_mins(table: dict, kvs: list) -> None:
+    # min of the buffered values, every few: the first of the least, as here.
+    get = table.get
+    for key, value in kvs:
+        acc = get(key)
+        if acc is None:
+            table[key] = [value]
+        elif value < acc[0]:
+            acc[0] = value
+
+
+def _add_maxes(table: dict, kvs: list) -> None:
+    get = table.get
+    for key, value in kvs:
+        acc = get(key)
+        if acc is None:
+            table[key] = [value]
+        elif value > acc[0]:
+            acc[0] = value
+
+
+_COUNTS = (_count_keys, lambda count: count)
+
+
+def _plain_adds(fn: Any) -> tuple[Callable, Callable] | None:
+    """For a CombineFn whose add_input is plain arithmetic: how a batch's
+    ``(key, value)`` pairs update a table of plain accumulators (a count, a
+    [sum, count], a running total or extreme) with the same arithmetic, and
+    the accumulator Beam's compacted one equals; else None."""
+    from apache_beam.transforms import core
+
+    if type(fn) is combiners.CountCombineFn:
+        return _COUNTS
+    if type(fn) is combiners.MeanCombineFn:
+        return _add_means, lambda acc: (acc[0], acc[1])
+    if type(fn) is core.CallableWrapperCombineFn:
+        if fn._fn is sum:
+            return _add_sums, lambda acc: [acc[2]] if acc[1] == 1 else [acc[0]]
+        if fn._fn is min:
+            return _add_mins, list
+        if fn._fn is max:
+            return _add_maxes, list
+    return None
 
 
 def _shuffled(chain: DirectChain, batches: Iterator[list]) -> Iterator[tuple[int, bytes]]:
