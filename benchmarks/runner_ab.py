@@ -29,7 +29,7 @@ from sliding import DAY, MINUTE, build_sliding, make_data, write_parquet  # noqa
 from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
 
-CASES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "sliding_1min", "sliding_1day", "streaming")
+CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "side_join", "sliding_1min", "sliding_1day", "streaming")
 STREAMING = {"streaming"}
 
 
@@ -42,6 +42,7 @@ def _builders(tmp: str, words: int, events: int) -> dict:
     return {"wordcount": lambda p: beam_wordcount(p, text),
             "side_mean": lambda p: beam_side_mean(p, text),
             "combine": lambda p: beam_combine(p, words, 1_000),
+            "combine_1m": lambda p: beam_combine(p, words, words // 2),
             "gbk": lambda p: beam_gbk(p, words, words // 2),
             "side_join": lambda p: beam_side_join(p, words, 10_000),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),

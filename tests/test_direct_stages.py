@@ -80,6 +80,36 @@ def test_a_partial_combine_under_any_windowing_equals_beam(tmp_path_factory, cap
     assert any(OBJECTS in r.getMessage() and "Ungroup+Combine" in r.getMessage() for r in caplog.records)
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(st.tuples(st.sampled_from("abcde"), st.integers(-5, 20), st.integers(0, 30)),
+                       max_size=60),
+       windows=st.sampled_from(sorted(WINDOWS)), timestamps=st.sampled_from(sorted(COMBINERS)),
+       fn=st.sampled_from(sorted(COMBINE_FNS)), lifted=st.booleans())
+def test_a_combine_after_its_grouping_equals_beam(tmp_path_factory, caplog, events, windows, timestamps, fn,
+                                                  lifted):
+    def build(p):
+        # The combine's steps after its grouping (merge and extract) and a
+        # Map run on objects and feed a second grouping; its groups' windows
+        # and timestamps, which _Stamped shows, follow from theirs.
+        windowed = (_timestamped(p, events)
+                    | beam.WindowInto(WINDOWS[windows], timestamp_combiner=COMBINERS[timestamps]))
+        if lifted:
+            combined = windowed | "Combine" >> beam.CombinePerKey(COMBINE_FNS[fn])
+        else:
+            combined = windowed | beam.GroupByKey() | "Combine" >> beam.CombineValues(COMBINE_FNS[fn])
+        return (combined
+                | "Rekey" >> beam.Map(lambda kv: (len(kv[0]), kv))
+                | "Regroup" >> beam.GroupByKey()
+                | beam.MapTuple(lambda k, kvs: (k, sorted(map(repr, kvs))))
+                | beam.ParDo(_Stamped()))
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        spark_equals_direct(build, tmp_path_factory.mktemp("combine"))
+    # Beam's CombineValues is a ParDo of a DoFn with setup: the bundle processor's.
+    assert any(OBJECTS in r.getMessage() and "Combine" in r.getMessage() and "Rekey" in r.getMessage()
+               for r in caplog.records) == lifted
+
+
 def test_the_object_path_is_taken_for_a_combine_and_a_grouping(tmp_path, caplog):
     def build(p):
         def words(label):

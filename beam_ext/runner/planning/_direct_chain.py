@@ -12,6 +12,8 @@ it is a line of:
 - side inputs of such a step read as a whole (``AsDict``, ``AsList``,
   ``AsIter``, ``AsSingleton``), where both the step's input and the side
   input are in the global window;
+- the steps of a lifted combine after its GroupByKey (merging a key's
+  accumulators, extracting its output);
 - optionally, last, the partial combine Beam puts before a lifted
   ``CombinePerKey``'s shuffle.
 
@@ -27,9 +29,12 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_ext.runner._shuffle import ShuffleWriter
-from beam_ext.runner.worker._direct import DirectChain, DirectCombine, DirectSideInput, DirectStep
+from beam_ext.runner.worker._direct import DirectChain, DirectCombine, DirectCombinePhase, DirectSideInput, DirectStep
 
 _PRECOMBINE = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
+# A combine's steps after its GroupByKey, by Beam's name of their phase.
+_PHASES = {common_urns.combine_components.COMBINE_PER_KEY_MERGE_ACCUMULATORS.urn: "merge",
+           common_urns.combine_components.COMBINE_PER_KEY_EXTRACT_OUTPUTS.urn: "extract"}
 _LIFECYCLE = ("setup", "start_bundle", "finish_bundle", "teardown")
 
 
@@ -89,7 +94,7 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
             continue
         if urn == bundle_processor.DATA_OUTPUT_URN:
             ends += 1
-        elif urn not in (common_urns.primitives.PAR_DO.urn, _PRECOMBINE):
+        elif urn not in (common_urns.primitives.PAR_DO.urn, _PRECOMBINE) and urn not in _PHASES:
             return None
         main = [pcoll for tag, pcoll in transform.inputs.items() if not _is_side_tag(transform, tag)]
         if len(main) != 1 or main[0] in by_input:
@@ -109,7 +114,10 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
         if len(transform.outputs) != 1:
             return None
         windowing = windowing_of(pcoll)
-        if transform.spec.urn == _PRECOMBINE:
+        if transform.spec.urn in _PHASES:
+            payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.CombinePayload)
+            steps.append(DirectCombinePhase(transform.unique_name, combine_fn(payload), _PHASES[transform.spec.urn]))
+        elif transform.spec.urn == _PRECOMBINE:
             if shuffle is None:
                 return None
             payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.CombinePayload)

@@ -70,6 +70,17 @@ class DirectStep:
 
 
 @dataclasses.dataclass(frozen=True)
+class DirectCombinePhase:
+    """A step of a lifted combine after its GroupByKey: merge a key's
+    accumulators or extract its output (``phase``: Beam's ``merge`` or
+    ``extract``), with pickled ``(CombineFn, args, kwargs)``."""
+
+    name: str
+    combine_fn: bytes
+    phase: str
+
+
+@dataclasses.dataclass(frozen=True)
 class DirectCombine:
     """The partial combine before a lifted ``CombinePerKey``'s shuffle: its name,
     pickled ``(CombineFn, args, kwargs)`` and its input's windowing strategy."""
@@ -87,7 +98,7 @@ class DirectChain:
     ``(target partition, blob)`` pairs over ``partitions``, not elements.
     """
 
-    steps: tuple[DirectStep, ...]
+    steps: tuple[DirectStep | DirectCombinePhase, ...]
     input_coder: Any
     output_coder: Any
     precombine: DirectCombine | None = None
@@ -380,6 +391,37 @@ def _run_windowed(process: Callable, is_map: bool, check: bool, output: Callable
                     tracker.enter(state)
     if out:
         yield out
+
+
+def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State,
+               batches: Iterator[Same | list]) -> Iterator[Same | list]:
+    """Beam's ``CombineOperation``: each ``(key, values)`` element becomes
+    ``(key, phase of the values)``, its windowing kept."""
+    from apache_beam.internal import pickler
+
+    fn, args, kwargs = pickler.loads(phase.combine_fn)[:3]
+    executor = combiners.PhasedCombineFnExecutor(phase.phase, fn, args, kwargs)
+    apply = executor.apply
+
+    def keyed(kv: tuple) -> tuple:
+        key, values = kv
+        return key, apply(values)
+
+    tracker.enter(state)
+    executor.combine_fn.setup()
+    try:
+        for batch in batches:
+            tracker.enter(state)
+            try:
+                if type(batch) is Same:
+                    out: Same | list = Same(batch.template, list(map(keyed, batch.values)))
+                else:
+                    out = [wv.with_value(keyed(wv.value)) for wv in batch]
+            except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+                raise StepFailed(traceback.format_exc() + _STEP_TAG % phase.name) from exc
+            yield out
+    finally:
+        executor.combine_fn.teardown()
 
 
 # The partial combine adds a batch's values per key in one call while a
@@ -675,15 +717,22 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, values: Iter
     containers = []
     batches = map(_same, values if batched else _batches(values))
     previous = statesampler.get_current_tracker()
-    steps = [(step, pickler.loads(step.payload)) for step in chain.steps]
+    steps = [(step, None if isinstance(step, DirectCombinePhase) else pickler.loads(step.payload))
+             for step in chain.steps]
     # CombineGlobally's key-with-None step, folded into its partial combine
     # (the values need no key to be grouped by); it has no metrics of its own.
     unkeyed = bool(chain.precombine is not None and chain.precombine.windowing.is_default() and steps
-                   and _map_fn(steps[-1][1][0]) is _key_with_none)
+                   and steps[-1][1] is not None and _map_fn(steps[-1][1][0]) is _key_with_none)
     if unkeyed:
         steps.pop()
     try:
-        for step, (dofn, args, kwargs, _, _) in steps:
+        for step, info in steps:
+            if info is None:
+                container = MetricsContainer(step.name)
+                containers.append((step.name, container))
+                batches = _run_phase(step, tracker, _State(container), batches)
+                continue
+            dofn, args, kwargs, _, _ = info
             if step.side_inputs:
                 args, kwargs = insert_values_in_args(args, kwargs, _views(step, side_inputs))
             container = MetricsContainer(step.name)
