@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import traceback
 from collections import Counter
 from itertools import islice, repeat
@@ -620,24 +621,15 @@ def _add_sums(table: dict, kvs: list) -> None:
             acc[1] += 1
 
 
-def _add_mins(table: dict, kvs: list) -> None:
-    # min of the buffered values, every few: the first of the least, as here.
+def _add_extremes(better: Callable[[Any, Any], bool], table: dict, kvs: list) -> None:
+    # min (max) of the buffered values, every few: the first of the least
+    # (greatest), as a running extreme replaced only by a better value.
     get = table.get
     for key, value in kvs:
         acc = get(key)
         if acc is None:
             table[key] = [value]
-        elif value < acc[0]:
-            acc[0] = value
-
-
-def _add_maxes(table: dict, kvs: list) -> None:
-    get = table.get
-    for key, value in kvs:
-        acc = get(key)
-        if acc is None:
-            table[key] = [value]
-        elif value > acc[0]:
+        elif better(value, acc[0]):
             acc[0] = value
 
 
@@ -659,9 +651,9 @@ def _plain_adds(fn: Any) -> tuple[Callable, Callable] | None:
         if fn._fn is sum:
             return _add_sums, lambda acc: [acc[2]] if acc[1] == 1 else [acc[0]]
         if fn._fn is min:
-            return _add_mins, list
+            return functools.partial(_add_extremes, operator.lt), list
         if fn._fn is max:
-            return _add_maxes, list
+            return functools.partial(_add_extremes, operator.gt), list
     return None
 
 
