@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from runner_throughput import beam_gbk, beam_side_join, beam_side_mean, beam_wordcount, make_text  # noqa: E402
+from runner_throughput import beam_combine, beam_gbk, beam_side_join, beam_side_mean, beam_wordcount, make_text  # noqa: E402
 from sliding import MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
 
 # (category, tests on "file:function"); first match wins, in this order.
@@ -210,6 +210,7 @@ def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
     return [
         (f"wordcount, {n:,} words", lambda p: beam_wordcount(p, words)),
         (f"GroupByKey, {pairs:,} pairs, {pairs // 2:,} keys", lambda p: beam_gbk(p, pairs, pairs // 2)),
+        (f"CombinePerKey, {pairs:,} pairs, 1,000 keys", lambda p: beam_combine(p, pairs, 1_000)),
         (f"per-key mean with a side-input dict, {n:,} words", lambda p: beam_side_mean(p, words)),
         (f"side-input join, {n:,} numbers, 10,000-entry dict", lambda p: beam_side_join(p, n, 10_000)),
         (f"demo pipeline, {len(payments):,} payments",

@@ -257,8 +257,10 @@ def test_the_partial_combine_evicts_its_oldest_keys_and_loses_none():
 
 
 PLAIN_FNS = [combiners.CountCombineFn(), combiners.MeanCombineFn(), core.CombineFn.maybe_from_callable(sum),
-             core.CombineFn.maybe_from_callable(min), core.CombineFn.maybe_from_callable(max)]
-PLAIN_IDS = ["count", "mean", "sum", "min", "max"]
+             core.CombineFn.maybe_from_callable(min), core.CombineFn.maybe_from_callable(max),
+             # What a pipeline's CombinePerKey(sum) carries once it is a proto.
+             core.NoSideInputsCallableWrapperCombineFn(sum)]
+PLAIN_IDS = ["count", "mean", "sum", "min", "max", "sum-no-side-inputs"]
 
 
 def _partial_combine(fn, kvs: list, max_keys: int | None = None) -> list:
@@ -283,6 +285,9 @@ def test_plain_partial_combines_equal_beams_accumulators_to_the_bit(fn, kvs):
     # Count, Mean, sum, min and max keep plain accumulators updated in place;
     # each key's must equal Beam's own add_input one value at a time, then
     # compact (a float's sign of zero and rounding included).
+    from beam_ext.runner.worker import _direct
+
+    assert _direct._plain_adds(fn) is not None
     want: dict = {}
     for key, value in kvs:
         want[key] = fn.add_input(want.get(key, fn.create_accumulator()), value)

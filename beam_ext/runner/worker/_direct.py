@@ -647,7 +647,8 @@ def _plain_adds(fn: Any) -> tuple[Callable, Callable] | None:
         return _COUNTS
     if type(fn) is combiners.MeanCombineFn:
         return _add_means, lambda acc: (acc[0], acc[1])
-    if type(fn) is core.CallableWrapperCombineFn:
+    # Beam's own wrappers of a function; a pipeline's CombinePerKey(sum) gets the second.
+    if type(fn) in (core.CallableWrapperCombineFn, core.NoSideInputsCallableWrapperCombineFn):
         if fn._fn is sum:
             return _add_sums, lambda acc: [acc[2]] if acc[1] == 1 else [acc[0]]
         if fn._fn is min:
