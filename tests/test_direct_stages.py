@@ -343,3 +343,20 @@ def test_the_partial_combine_keeps_each_window_of_an_element_apart(timestamps):
     expected_stamp = {"earliest": min, "latest": max, "end_of_window": None}[timestamps]
     assert got == {key: (total, expected_stamp(stamps) if expected_stamp else key[1].max_timestamp())
                    for key, (total, stamps) in want.items()}
+
+
+def test_a_cogroupbykeys_tagging_stages_run_on_objects_and_equal_beam(tmp_path, caplog):
+    # Beam's fusion ends each tagging stage with a one-input Flatten (a coder
+    # change before the Flatten's buffer): the elements pass as they are.
+    def build(p):
+        left = p | "Left" >> beam.Create([(k % 7, k) for k in range(40)]) | "Double" >> beam.MapTuple(
+            lambda k, v: (k, 2 * v))
+        right = p | "Right" >> beam.Create([(k, str(k)) for k in range(0, 9, 2)])
+        return ({"l": left, "r": right} | beam.CoGroupByKey()
+                | beam.MapTuple(lambda k, g: (k, sorted(g["l"]), sorted(g["r"]))))
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        got = spark_equals_direct(build, tmp_path)
+    assert sorted(map(tuple, got))[0] == (0, [0, 14, 28, 42, 56, 70], ["0"])
+    assert len(got) == 8  # keys 0-6 on the left, 8 on the right alone
+    taken = [r.getMessage() for r in caplog.records if OBJECTS in r.getMessage()]
+    assert any("Double" in m and "CoGroupByKey" in m for m in taken)

@@ -14,6 +14,8 @@ it is a line of:
   input are in the global window;
 - the steps of a lifted combine after its GroupByKey (merging a key's
   accumulators, extracting its output);
+- a ``Flatten`` of this one line alone (what Beam's fusion puts before a
+  ``Flatten``'s buffer where the coders differ);
 - optionally, last, the partial combine Beam puts before a lifted
   ``CombinePerKey``'s shuffle.
 
@@ -94,6 +96,9 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
             continue
         if urn == bundle_processor.DATA_OUTPUT_URN:
             ends += 1
+        elif urn == common_urns.primitives.FLATTEN.urn:
+            if len(transform.inputs) != 1:
+                return None
         elif urn not in (common_urns.primitives.PAR_DO.urn, _PRECOMBINE) and urn not in _PHASES:
             return None
         main = [pcoll for tag, pcoll in transform.inputs.items() if not _is_side_tag(transform, tag)]
@@ -102,8 +107,9 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
         by_input[main[0]] = transform
     if start is None or ends != 1 or len(start.outputs) != 1:
         return None
-    steps: list[DirectStep] = []
+    steps: list[DirectStep | DirectCombinePhase] = []
     precombine = None
+    flattens = 0
     [pcoll] = start.outputs.values()
     while True:
         transform = by_input.get(pcoll)
@@ -113,6 +119,13 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
             break
         if len(transform.outputs) != 1:
             return None
+        if transform.spec.urn == common_urns.primitives.FLATTEN.urn:
+            # One input: the elements as they are (Beam's fusion puts one
+            # before a Flatten's buffer where the coders differ; the output
+            # is encoded with the buffer's coder).
+            [pcoll] = transform.outputs.values()
+            flattens += 1
+            continue
         windowing = windowing_of(pcoll)
         if transform.spec.urn in _PHASES:
             payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.CombinePayload)
@@ -149,7 +162,7 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
         [pcoll] = transform.outputs.values()
     if not steps and precombine is None:
         return None
-    if len(steps) + (precombine is not None) + 2 != len(transforms):
+    if len(steps) + (precombine is not None) + flattens + 2 != len(transforms):
         return None
     return DirectChain(tuple(steps), input_coder, output_coder, precombine=precombine, shuffle=shuffle,
                        partitions=partitions)
