@@ -29,8 +29,18 @@ from sliding import DAY, MINUTE, build_sliding, make_data, write_parquet  # noqa
 from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
 
-CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "side_join", "sliding_1min", "sliding_1day", "streaming")
+CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "cogbk", "side_join", "sliding_1min", "sliding_1day", "streaming")
 STREAMING = {"streaming"}
+
+
+def _cogbk(p, n: int, keys: int):
+    """A CoGroupByKey of ``n`` keyed numbers with a ``keys``-entry table, counted per key."""
+    per = n // 8
+    numbers = (p | "Shards" >> beam.Create(range(8)) | beam.Reshuffle()
+               | beam.FlatMap(lambda s: ((i % keys, i) for i in range(s * per, (s + 1) * per))))
+    names = p | "Names" >> beam.Create([(k, str(k)) for k in range(keys)])
+    return ({"numbers": numbers, "names": names} | beam.CoGroupByKey()
+            | beam.MapTuple(lambda k, g: (g["names"][0], len(g["numbers"]))) | beam.combiners.Count.Globally())
 
 
 def _builders(tmp: str, words: int, events: int) -> dict:
@@ -44,6 +54,7 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "combine": lambda p: beam_combine(p, words, 1_000),
             "combine_1m": lambda p: beam_combine(p, words, words // 2),
             "gbk": lambda p: beam_gbk(p, words, words // 2),
+            "cogbk": lambda p: _cogbk(p, words, 1_000),
             "side_join": lambda p: beam_side_join(p, words, 10_000),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
             "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
