@@ -15,6 +15,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import combiners, core, window
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -360,3 +361,21 @@ def test_a_cogroupbykeys_tagging_stages_run_on_objects_and_equal_beam(tmp_path, 
     assert len(got) == 8  # keys 0-6 on the left, 8 on the right alone
     taken = [r.getMessage() for r in caplog.records if OBJECTS in r.getMessage()]
     assert any("Double" in m and "CoGroupByKey" in m for m in taken)
+
+
+class _ReturnsText(beam.DoFn):
+    """Returns a str from process: Beam refuses it for a DoFn class (apache/beam#18712)."""
+
+    def process(self, element):
+        return f"word{element}"
+
+
+def test_a_dofn_class_returning_a_str_fails_as_in_beam_and_a_flatmaps_str_is_its_characters():
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = p | beam.Create([1, 2]) | "Text" >> beam.ParDo(_ReturnsText())
+    assert "Returning a str from a ParDo or FlatMap is not allowed" in str(info.value)
+    assert "Text" in str(info.value)
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        chars = p | "Words" >> beam.Create(["ab", "c"]) | beam.FlatMap(lambda w: w)
+        assert_that(chars, equal_to(["a", "b", "c"]))
