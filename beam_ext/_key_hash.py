@@ -7,24 +7,23 @@ differently send its elements to different partitions, and per-key results
 come out wrong without any error. So every partitioning by key (the runner's
 GroupByKey shuffle, the Spark-native paths) and every per-key seed hashes the
 key's encoding with its Beam coder: the bytes GroupByKey itself groups by.
+
+>>> key_hash(untyped_key_coder("doc").encode(None)) == key_hash(b"\\x00")
+True
 """
 from __future__ import annotations
 
 import functools
 import zlib
+from typing import Callable
 
 from apache_beam import coders
 
-
-def key_hash(encoded_key: bytes) -> int:
-    """A non-negative 32-bit hash of an encoded key (CRC-32: fixed, unsalted).
-
-    Partition ``key_hash(k) % n``; cost O(len(encoded_key)).
-
-    >>> key_hash(untyped_key_coder("doc").encode(None)) == key_hash(b"\\x00")
-    True
-    """
-    return zlib.crc32(encoded_key)
+#: ``key_hash(encoded_key) -> int``: a non-negative 32-bit hash of an encoded
+#: key (CRC-32: fixed, unsalted). Partition ``key_hash(k) % n``; cost
+#: O(len(encoded_key)). The C function itself, not a Python wrapper: the
+#: shuffle calls it for every element.
+key_hash: Callable[[bytes], int] = zlib.crc32
 
 
 @functools.cache
