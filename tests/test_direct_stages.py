@@ -379,3 +379,38 @@ def test_a_dofn_class_returning_a_str_fails_as_in_beam_and_a_flatmaps_str_is_its
     with beam.Pipeline(runner=SparkRunner()) as p:
         chars = p | "Words" >> beam.Create(["ab", "c"]) | beam.FlatMap(lambda w: w)
         assert_that(chars, equal_to(["a", "b", "c"]))
+
+
+GROUPED = "takes its groups as objects"
+_KEYS = st.one_of(st.integers(-3, 3), st.sampled_from(["", "a", "é"]), st.none(), st.tuples(st.booleans(), st.integers(0, 2)),
+                  st.sampled_from([0.5, -0.0, 2.0]))
+_VALUES = st.one_of(st.integers(-2**62, 2**62), st.text(max_size=3), st.binary(max_size=3), st.floats(allow_nan=False),
+                    st.lists(st.integers(0, 9), max_size=2), st.none())
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kvs=st.lists(st.tuples(_KEYS, _VALUES), max_size=80), spill=st.booleans())
+def test_groups_taken_as_objects_equal_beams(tmp_path_factory, caplog, kvs, spill):
+    # Under a 1 KiB budget a task's groups spill and merge: a key's values
+    # then arrive in several pieces of several values each.
+    def build(p):
+        pairs = p | beam.Create(kvs) | "Swap" >> beam.MapTuple(lambda k, v: (k, [v]))
+        windowed = (pairs | beam.Map(lambda kv: window.TimestampedValue(kv, len(repr(kv[1]))))
+                    | beam.WindowInto(window.FixedWindows(4)))
+
+        # Both groupings of a branch feed object stages; the second shows
+        # the first's windows (_Stamped's stage is the bundle processor's).
+        def grouped(label, branch):
+            return (branch | f"{label}Group" >> beam.GroupByKey()
+                    | f"{label}Sizes" >> beam.MapTuple(lambda k, vs: (0, (repr(k), sorted(map(repr, vs)))))
+                    | f"{label}Regroup" >> beam.GroupByKey()
+                    | f"{label}Sort" >> beam.MapTuple(lambda _, groups: [label, sorted(groups)])
+                    | f"{label}Stamp" >> beam.ParDo(_Stamped())
+                    | f"{label}Rewindow" >> beam.WindowInto(window.GlobalWindows()))  # for the Flatten
+        return (grouped("Global", pairs), grouped("Fixed", windowed)) | beam.Flatten()
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        spark_equals_direct(build, tmp_path_factory.mktemp("groups"),
+                            ["--spark_group_memory=1024"] if spill else None)
+    taken = [r.getMessage() for r in caplog.records if GROUPED in r.getMessage()]
+    assert any("GlobalSizes" in m for m in taken) and any("FixedSizes" in m for m in taken)

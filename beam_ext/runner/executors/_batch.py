@@ -32,7 +32,7 @@ from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, iden
 from beam_ext.runner.executors._side_inputs import SideInputState, side_input_state
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
-from beam_ext.runner.worker._direct import decoded_batches, run_direct_chain
+from beam_ext.runner.worker._direct import BATCH, decoded_batches, run_direct_chain
 
 _LOG = logging.getLogger("beam_ext.runner")
 _RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
@@ -94,6 +94,14 @@ def _direct_task(chain, setup, side_inputs, reports, stage_name: str, batched: b
 def _group_task(reader: GroupReader, reports, partition: int, blobs) -> Iterator[bytes]:
     stats = SpillStats()
     yield from reader.read(blobs, stats)
+    if stats.runs:
+        reports.add({(reader.step, partition): (stats.runs, stats.bytes)})
+
+
+def _group_objects_task(reader: GroupReader, coder, limit_bytes: int, reports, partition: int,
+                        blobs) -> Iterator[list]:
+    stats = SpillStats()
+    yield from reader.read_batches(blobs, coder, limit_bytes, BATCH, stats)
     if stats.runs:
         reports.add({(reader.step, partition): (stats.runs, stats.bytes)})
 
@@ -228,14 +236,17 @@ class BatchExecutor:
             return self._sc.parallelize([], 1)
         return parts[0] if len(parts) == 1 else self._sc.union(parts)
 
-    def _read_grouped(self, buffer_id: bytes):
+    def _read_grouped(self, buffer_id: bytes, objects: tuple[Any, int] | None = None):
+        """The grouped elements of a ``group:`` buffer: encoded chunks, or, given
+        ``objects`` (the reader's coder and bundle bytes), batches of element objects."""
         if buffer_id not in self._grouped:
             parts = self._buffers.get(buffer_id) or [self._sc.parallelize([], 1)]
             blobs = parts[0] if len(parts) == 1 else self._sc.union(parts)
             reader = GroupReader(**vars(self._plan.groups[buffer_id]))
+            task = (functools.partial(_group_task, reader, self._group_spills) if objects is None
+                    else functools.partial(_group_objects_task, reader, *objects, self._group_spills))
             self._grouped[buffer_id] = blobs.partitionBy(
-                self._parallelism, identity_partition).values().mapPartitionsWithIndex(
-                    functools.partial(_group_task, reader, self._group_spills))
+                self._parallelism, identity_partition).values().mapPartitionsWithIndex(task)
         return self._grouped[buffer_id]
 
     def _write(self, buffer_id: bytes, rdd) -> None:
@@ -323,7 +334,10 @@ class BatchExecutor:
         side_inputs = self._broadcast(self._side_input_chunks(stage)) if stage.side_inputs else None
         values = self._values.get(stage.inputs[0])
         batched = values is None
-        if batched:
+        if batched and self._groups_read_as_objects(stage):
+            _LOG.debug("stage %s takes its groups as objects", stage.label)
+            values = self._read_grouped(stage.inputs[0], (chain.input_coder, stage.spec.bundle_bytes))
+        elif batched:
             values = self._read(stage.inputs[0]).mapPartitions(functools.partial(
                 decoded_batches, chain.input_coder, stage.spec.bundle_bytes))
         self._chained.append(stage)
@@ -352,6 +366,12 @@ class BatchExecutor:
             return None
         [reader] = self._readers_of(buffer_id)
         return reader if reader.inputs == [buffer_id] else None
+
+    def _groups_read_as_objects(self, stage: PlannedStage) -> bool:
+        """Whether ``stage`` (a Map-like stage on objects) takes the grouped
+        elements of a GroupByKey it alone reads as objects, never encoded."""
+        [buffer_id] = stage.inputs
+        return split_buffer_id(buffer_id)[0] == "group" and self._only_reader(buffer_id) is stage
 
     def _objects_read(self, buffer_id: bytes) -> bool:
         """Whether ``buffer_id``'s only reader is a native step or a Map-like stage

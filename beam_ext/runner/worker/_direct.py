@@ -146,11 +146,11 @@ class StepFailed(BeamExtError, RuntimeError):
 # Elements a step takes per turn: each step then runs a whole list under
 # its own metrics state, instead of switching state and generator frames
 # per element (half the chain's cost for a one-line Map).
-_BATCH = 512
+BATCH = 512
 
 
 def decoded_batches(coder: Any, limit_bytes: int, chunks: Iterable[bytes]) -> Iterator[list]:
-    """The elements of encoded ``chunks``, in batches of at most ``_BATCH``
+    """The elements of encoded ``chunks``, in batches of at most ``BATCH``
     elements that close once their encoded size reaches ``limit_bytes`` (the
     stage's bundle size): a batch of large elements (a grouping's values) is
     never held whole."""
@@ -167,7 +167,7 @@ def decoded_batches(coder: Any, limit_bytes: int, chunks: Iterable[bytes]) -> It
             now = stream.size()
             size += left - now
             left = now
-            if len(batch) == _BATCH or size >= limit_bytes:
+            if len(batch) == BATCH or size >= limit_bytes:
                 yield batch
                 batch, size = [], 0
     if batch:
@@ -179,7 +179,7 @@ def _batches(values: Iterator[Any]) -> Iterator[list]:
     append = batch.append
     for value in values:
         append(value)
-        if len(batch) == _BATCH:
+        if len(batch) == BATCH:
             yield batch
             batch = []
             append = batch.append
@@ -335,7 +335,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                     check = False
                 if results is None:
                     continue
-                if type(results) in (list, tuple) and len(results) <= _BATCH:
+                if type(results) in (list, tuple) and len(results) <= BATCH:
                     out += results
                 else:
                     # A step's fan-out is passed on a batch at a time, never
@@ -343,13 +343,13 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                     # here, under this step's state, as it is read.
                     rest = iter(results)
                     while True:
-                        out += islice(rest, _BATCH - len(out))
-                        if len(out) < _BATCH:
+                        out += islice(rest, BATCH - len(out))
+                        if len(out) < BATCH:
                             break
                         yield outputs(template, out)
                         out = []
                         tracker.enter(state)
-                if len(out) >= _BATCH:
+                if len(out) >= BATCH:
                     yield outputs(template, out)
                     out = []
                     tracker.enter(state)
@@ -385,7 +385,7 @@ def _run_windowed(process: Callable, is_map: bool, check: bool, output: Callable
                 continue
             for result in results:
                 append(output(wv, result) if isinstance(result, special) else wv.with_value(result))
-                if len(out) >= _BATCH:
+                if len(out) >= BATCH:
                     yield out
                     out = []
                     append = out.append
@@ -663,10 +663,11 @@ def _shuffled(chain: DirectChain, batches: Iterator[list]) -> Iterator[tuple[int
     last = chain.precombine.name if chain.precombine is not None else chain.steps[-1].name
     buckets = Buckets(chain.partitions)
     shuffle = chain.shuffle
+    encoders = shuffle.value_encoders() if shuffle.trivial else None
     for batch in batches:
         try:
-            if type(batch) is Same and shuffle.trivial:
-                yield from buckets.add(shuffle.value_pairs(batch.values))
+            if type(batch) is Same and encoders is not None:
+                yield from buckets.add_values(batch.values, *encoders)
             else:
                 yield from buckets.add(shuffle.pairs(_windowed(batch)))
         except Exception as exc:  # noqa: BLE001 - an output the GroupByKey's coder refuses
