@@ -194,6 +194,9 @@ def test_side_inputs_of_every_kind_are_read_whole(tmp_path, caplog):
         got = spark_equals_direct(_side_inputs, tmp_path)
     assert got[0] == ["a", [["a", 2, [10, 20], 30, 20, "none"]] * 2]
     assert sum(OBJECTS in r.getMessage() and "Map(<lambda" in r.getMessage() for r in caplog.records) >= 1
+    # The three read straight from a Create (the dict, the list, the
+    # iterable) are listed on the driver, without a Spark job.
+    assert sum("listed on the driver" in r.getMessage() for r in caplog.records) == 3
 
 
 class _CountingSum(beam.CombineFn):

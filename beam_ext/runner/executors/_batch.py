@@ -17,7 +17,7 @@ import functools
 import itertools
 import logging
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.metrics import monitoring_infos
@@ -166,6 +166,9 @@ class BatchExecutor:
         # Buffers left as RDDs of WindowedValue objects, between native steps
         # and the Map-like stages next to them: no encode and decode in between.
         self._values: dict[bytes, Any] = {}
+        # Outputs of native steps the driver lists without Spark (a Create's):
+        # buffer -> (coder, elements when called); side inputs read them from here.
+        self._driver_values: dict[bytes, tuple[Any, Callable[[], list]]] = {}
 
     def run(self) -> None:
         try:
@@ -192,7 +195,7 @@ class BatchExecutor:
         for broadcast in self._broadcasts:
             broadcast.unpersist()
         self._persisted, self._broadcasts, self._buffers, self._grouped = [], [], {}, {}
-        self._arrow_rows, self._values = {}, {}
+        self._arrow_rows, self._values, self._driver_values = {}, {}, {}
         self._unread, self._chained = [], []
 
     def _run_chained(self) -> None:
@@ -275,15 +278,23 @@ class BatchExecutor:
 
     def _side_input_chunks(self, stage: PlannedStage) -> list[list[bytes]]:
         """The encoded chunks of each of the stage's side inputs, by index."""
-        # One Spark job collects every side input of the stage. It computes
-        # the stages chained so far that they need; a failure names their
-        # steps too.
-        tagged = [_tag(i, self._read(spec.buffer)) for i, spec in enumerate(stage.side_inputs)]
-        with self._action(stage):
-            collected = (tagged[0] if len(tagged) == 1 else self._sc.union(tagged)).collect()
         chunks: list[list[bytes]] = [[] for _ in stage.side_inputs]
-        for index, chunk in collected:
-            chunks[index].append(chunk)
+        tagged = []
+        for i, spec in enumerate(stage.side_inputs):
+            listed = self._driver_values.get(spec.buffer)
+            if listed is not None:
+                _LOG.debug("side input %s of %s listed on the driver", spec.tag, stage.label)
+                coder, values = listed
+                chunks[i] = list(_encode_partition(coder, values()))
+            else:
+                tagged.append(_tag(i, self._read(spec.buffer)))
+        if tagged:
+            # One Spark job collects the others. It computes the stages
+            # chained so far that they need; a failure names their steps too.
+            with self._action(stage):
+                collected = (tagged[0] if len(tagged) == 1 else self._sc.union(tagged)).collect()
+            for index, chunk in collected:
+                chunks[index].append(chunk)
         return chunks
 
     def _broadcast(self, value):
@@ -373,13 +384,16 @@ class BatchExecutor:
         [buffer_id] = stage.inputs
         return split_buffer_id(buffer_id)[0] == "group" and self._only_reader(buffer_id) is stage
 
+    def _written_once(self, buffer_id: bytes) -> bool:
+        """Whether one stage writes ``buffer_id`` (a Flatten writes a buffer several times)."""
+        return sum(buffer_id in s.outputs for s in self._plan.stages) == 1
+
     def _objects_read(self, buffer_id: bytes) -> bool:
         """Whether ``buffer_id``'s only reader is a native step or a Map-like stage
-        taking element objects, and it is written once (a Flatten writes a
-        buffer several times)."""
+        taking element objects, and it is written once."""
         reader = self._only_reader(buffer_id)
-        writers = sum(buffer_id in s.outputs for s in self._plan.stages)
-        return reader is not None and writers == 1 and (reader.native is not None or reader.direct is not None)
+        return (reader is not None and self._written_once(buffer_id)
+                and (reader.native is not None or reader.direct is not None))
 
     @contextlib.contextmanager
     def _action(self, stage: PlannedStage | None = None):
@@ -427,6 +441,9 @@ class BatchExecutor:
 
         spec = stage.native
         fn = native.lookup_native(spec.urn)
+        listed = native.DRIVER_VALUES.get(spec.urn)
+        if listed is not None and len(stage.outputs) == 1 and self._written_once(stage.outputs[0]):
+            self._driver_values[stage.outputs[0]] = (spec.output_coder, functools.partial(listed, spec.payload))
         counters = self._sc.accumulator({}, _DictSumParam())
         context = native.NativeContext(
             spark=self._spark, parallelism=self._parallelism, step_name=spec.step_name,

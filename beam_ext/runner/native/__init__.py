@@ -24,7 +24,7 @@ import dataclasses
 from typing import Any, Callable, Protocol
 
 from beam_ext.runner.native._arrow_rows import ArrowRows
-from beam_ext.runner.native._create import CREATE_URN, create_on_spark
+from beam_ext.runner.native._create import CREATE_URN, create_on_spark, create_values
 from beam_ext.runner.native._lateness import late_panes_on_spark
 from beam_ext.runner.native._parquetio import (
     READ_PARQUET_BATCHED_URN,
@@ -41,7 +41,7 @@ from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_AN
 from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_URN
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
 
-__all__ = ["NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION", "ONE_WINDOW_PER_ELEMENT",
+__all__ = ["DRIVER_VALUES", "NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION", "ONE_WINDOW_PER_ELEMENT",
            "READS_ARROW_ROWS", "TRANSLATIONS", "ArrowRows", "NativeContext", "NativeFn", "lookup_native"]
 
 
@@ -88,6 +88,11 @@ ONE_WINDOW_PER_ELEMENT: frozenset[str] = frozenset({SLIDING_URN})
 
 #: Implementations that take :class:`ArrowRows` as their input, as well as an RDD.
 READS_ARROW_ROWS: frozenset[str] = frozenset({SLIDING_URN})
+
+
+#: Implementations whose elements the driver can list from the payload alone
+#: (a Create's values): a side input read from one needs no Spark job.
+DRIVER_VALUES: dict[str, Callable[[bytes], list]] = {CREATE_URN: create_values}
 
 
 def lookup_native(urn: str) -> NativeFn | None:

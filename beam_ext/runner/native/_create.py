@@ -35,6 +35,14 @@ def _decoded(coder: Any, encoded: Iterator[bytes]) -> Iterator[WindowedValue]:
     return bounded_values(map(coder.decode, encoded))
 
 
+def create_values(payload: bytes) -> list[WindowedValue]:
+    """The elements of the native Create, listed on the driver (no Spark job)."""
+    from apache_beam.internal import pickler
+
+    config: CreateConfig = pickler.loads(payload)
+    return list(_decoded(config.coder, iter(config.encoded)))
+
+
 def create_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     """SparkRunner's ``beam.Create``: an RDD of the decoded values."""
     from apache_beam.internal import pickler
