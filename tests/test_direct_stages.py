@@ -366,6 +366,15 @@ def test_a_cogroupbykeys_tagging_stages_run_on_objects_and_equal_beam(tmp_path, 
     assert any("Double" in m and "CoGroupByKey" in m for m in taken)
 
 
+def test_a_stage_reading_an_impulse_runs_on_objects(tmp_path, caplog):
+    # Beam's Impulse is read from the runner's impulse buffer, not a grouping.
+    def build(p):
+        return p | beam.Impulse() | "Unpack" >> beam.FlatMap(lambda impulse: [len(impulse), 1, 2])
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        assert sorted(spark_equals_direct(build, tmp_path)) == [0, 1, 2]
+    assert any(OBJECTS in r.getMessage() and "Unpack" in r.getMessage() for r in caplog.records)
+
+
 class _ReturnsText(beam.DoFn):
     """Returns a str from process: Beam refuses it for a DoFn class (apache/beam#18712)."""
 

@@ -382,7 +382,8 @@ class BatchExecutor:
         """Whether ``stage`` (a Map-like stage on objects) takes the grouped
         elements of a GroupByKey it alone reads as objects, never encoded."""
         [buffer_id] = stage.inputs
-        return split_buffer_id(buffer_id)[0] == "group" and self._only_reader(buffer_id) is stage
+        return (buffer_id != IMPULSE_BUFFER and split_buffer_id(buffer_id)[0] == "group"
+                and self._only_reader(buffer_id) is stage)
 
     def _written_once(self, buffer_id: bytes) -> bool:
         """Whether one stage writes ``buffer_id`` (a Flatten writes a buffer several times)."""
