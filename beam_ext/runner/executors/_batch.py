@@ -91,19 +91,13 @@ def _direct_task(chain, setup, side_inputs, reports, stage_name: str, batched: b
         reports.add({(stage_name, partition): serialized})
 
 
-def _group_task(reader: GroupReader, reports, partition: int, blobs) -> Iterator[bytes]:
+def _group_task(read: Callable, step: str, reports, partition: int, blobs) -> Iterator:
+    """A grouping task: ``read(blobs, stats=...)`` (a GroupReader's encoded or
+    object read), then what spilled, reported under the GroupByKey ``step``."""
     stats = SpillStats()
-    yield from reader.read(blobs, stats)
+    yield from read(blobs, stats=stats)
     if stats.runs:
-        reports.add({(reader.step, partition): (stats.runs, stats.bytes)})
-
-
-def _group_objects_task(reader: GroupReader, coder, limit_bytes: int, reports, partition: int,
-                        blobs) -> Iterator[list]:
-    stats = SpillStats()
-    yield from reader.read_batches(blobs, coder, limit_bytes, BATCH, stats)
-    if stats.runs:
-        reports.add({(reader.step, partition): (stats.runs, stats.bytes)})
+        reports.add({(step, partition): (stats.runs, stats.bytes)})
 
 
 def _drain(records) -> None:
@@ -246,10 +240,14 @@ class BatchExecutor:
             parts = self._buffers.get(buffer_id) or [self._sc.parallelize([], 1)]
             blobs = parts[0] if len(parts) == 1 else self._sc.union(parts)
             reader = GroupReader(**vars(self._plan.groups[buffer_id]))
-            task = (functools.partial(_group_task, reader, self._group_spills) if objects is None
-                    else functools.partial(_group_objects_task, reader, *objects, self._group_spills))
+            if objects is None:
+                read = reader.read
+            else:
+                coder, limit_bytes = objects
+                read = functools.partial(reader.read_batches, coder=coder, limit_bytes=limit_bytes, batch_size=BATCH)
             self._grouped[buffer_id] = blobs.partitionBy(
-                self._parallelism, identity_partition).values().mapPartitionsWithIndex(task)
+                self._parallelism, identity_partition).values().mapPartitionsWithIndex(
+                    functools.partial(_group_task, read, reader.step, self._group_spills))
         return self._grouped[buffer_id]
 
     def _write(self, buffer_id: bytes, rdd) -> None:
