@@ -23,6 +23,7 @@ from apache_beam.metrics.execution import MetricsContainer
 from apache_beam.transforms import combiners, core, window
 
 import beam_ext
+from beam_ext.runner import _element_batches as element_batches
 from beam_ext.runner.worker import _direct
 
 PAIRS, KEYS, RUNS = 200_000, 5_000, 7
@@ -38,9 +39,9 @@ def main() -> None:
         combine = _direct.DirectCombine("t", pickler.dumps((fn, [], {})), core.Windowing(window.GlobalWindows()))
         best = float("inf")
         for _ in range(RUNS):
-            batches = _direct._batches(iter(values))
+            batches = element_batches.batched(iter(values))
             if hasattr(_direct, "_same"):  # checkouts since shared-windowing batches
-                batches = map(_direct._same, batches)
+                batches = map(element_batches.as_batch, batches)
             batches = list(batches)
             start = time.perf_counter()
             for _ in _direct._precombine(combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),

@@ -4,7 +4,7 @@ SparkRunner runs ``ReadFromParquet -> SlidingAggregate -> Map -> WriteToParquet`
 (``sliding.py``'s headline pipeline) as a read-and-cut task, a shuffle, and
 one task per key partition. This script takes one such partition of the
 benchmark's data and runs that task's code path by hand, timing each step:
-the window computation, the feature and event dicts, the windowed values,
+the window computation, the feature and event dicts, the batches of elements,
 the user's ``Map`` as an element-object stage, the rows made into Arrow
 columns, and the Parquet encoding. No Spark: the figures are the task's own
 work, per event, best of ``--repeat``. The Python worker's collector
@@ -32,8 +32,9 @@ import pyarrow.parquet as pq  # noqa: E402
 from apache_beam.internal import pickler  # noqa: E402
 from sliding import make_data, plan_for  # noqa: E402
 
+from beam_ext.runner._element_batches import bounded_batches, values_per_window  # noqa: E402
 from beam_ext.runner.native import _sliding  # noqa: E402
-from beam_ext.runner.native._arrow_rows import bounded_values, row_dicts  # noqa: E402
+from beam_ext.runner.native._arrow_rows import row_dicts  # noqa: E402
 from beam_ext.runner.native._parquetio import _row_tables  # noqa: E402
 from beam_ext.runner.worker._direct import DirectChain, DirectStep, run_direct_chain  # noqa: E402
 from beam_ext.runner.worker._gc import WORKER_GC_THRESHOLD  # noqa: E402
@@ -68,11 +69,11 @@ def _task(plan, parts, chain) -> dict[str, float]:
     step("feature dicts")
     events = [event for table, *_ in parts for event in row_dicts(table)]
     step("event dicts (Arrow to_pylist)")
-    values = list(bounded_values(zip(events, features)))
-    step("windowed values")
-    outputs = list(run_direct_chain(chain, None, iter(values), []))
+    batches = list(bounded_batches(list(zip(events, features))))
+    step("batches of elements")
+    outputs = list(run_direct_chain(chain, None, iter(batches), [], batches_out=True))
     step("the user's Map, as an element-object stage")
-    tables = list(_row_tables(SCHEMA, 64 << 20, 1000, (wv.value for wv in outputs)))
+    tables = list(_row_tables(SCHEMA, 64 << 20, 1000, values_per_window(outputs)))
     step("rows to Arrow columns (WriteToParquet)")
     writer = pq.ParquetWriter(io.BytesIO(), SCHEMA)
     for table in tables:

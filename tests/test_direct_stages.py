@@ -243,6 +243,7 @@ def test_the_partial_combine_evicts_its_oldest_keys_and_loses_none():
     from apache_beam.internal import pickler
     from apache_beam.metrics.execution import MetricsContainer
 
+    from beam_ext.runner import _element_batches as element_batches
     from beam_ext.runner.worker import _direct
 
     combine = _direct.DirectCombine("Total/Precombine", pickler.dumps((_CountingSum(), [], {})),
@@ -250,9 +251,9 @@ def test_the_partial_combine_evicts_its_oldest_keys_and_loses_none():
     values = [window.GlobalWindows.windowed_value((k % 50, k)) for k in range(1000)]
     seen: list[list] = []
     for batch in _direct._precombine(combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
-                                     _direct._batches(iter(values)), max_keys=10):
+                                     element_batches.batched(iter(values)), max_keys=10):
         seen.append(batch)
-    outputs = [wv.value for batch in seen for wv in _direct._windowed(batch)]
+    outputs = [wv.value for batch in seen for wv in element_batches.windowed(batch)]
     assert len(seen) > 1 and len(outputs) > 50  # keys left and came back
     totals: dict = {}
     for key, partial in outputs:
@@ -271,6 +272,7 @@ def _partial_combine(fn, kvs: list, max_keys: int | None = None) -> list:
     from apache_beam.internal import pickler
     from apache_beam.metrics.execution import MetricsContainer
 
+    from beam_ext.runner import _element_batches as element_batches
     from beam_ext.runner.worker import _direct
 
     combine = _direct.DirectCombine("Fn/Precombine", pickler.dumps((fn, [], {})),
@@ -278,7 +280,7 @@ def _partial_combine(fn, kvs: list, max_keys: int | None = None) -> list:
     values = [window.GlobalWindows.windowed_value(kv) for kv in kvs]
     return [wv.value for batch in _direct._precombine(
         combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
-        map(_direct._same, _direct._batches(iter(values))), max_keys=max_keys) for wv in _direct._windowed(batch)]
+        map(element_batches.as_batch, element_batches.batched(iter(values))), max_keys=max_keys) for wv in element_batches.windowed(batch)]
 
 
 @pytest.mark.parametrize("fn", PLAIN_FNS, ids=PLAIN_IDS)
@@ -324,6 +326,7 @@ def test_the_partial_combine_keeps_each_window_of_an_element_apart(timestamps):
     from apache_beam.metrics.execution import MetricsContainer
     from apache_beam.utils.windowed_value import WindowedValue
 
+    from beam_ext.runner import _element_batches as element_batches
     from beam_ext.runner.worker import _direct
 
     windowing = core.Windowing(window.SlidingWindows(6, 2), timestamp_combiner=COMBINERS[timestamps])
@@ -333,10 +336,10 @@ def test_the_partial_combine_keeps_each_window_of_an_element_apart(timestamps):
     events = [("a", 1, 1), ("a", 2, 3), ("b", 5, 4), ("a", 7, 8)] + [("c", v, 5) for v in range(20)]
     values = [WindowedValue((k, v), ts, tuple(window.SlidingWindows(6, 2).assign(
         window.WindowFn.AssignContext(ts)))) for k, v, ts in events]
-    batches = [_direct._same(values[:4]), _direct._same(values[4:])]
-    assert type(batches[0]) is list and type(batches[1]) is _direct.Same
+    batches = [element_batches.as_batch(values[:4]), element_batches.as_batch(values[4:])]
+    assert type(batches[0]) is list and type(batches[1]) is element_batches.Same
     out = [wv for batch in _direct._precombine(combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
-                                               iter(batches)) for wv in _direct._windowed(batch)]
+                                               iter(batches)) for wv in element_batches.windowed(batch)]
     want = {}
     for k, v, ts in events:
         for w in window.SlidingWindows(6, 2).assign(window.WindowFn.AssignContext(ts)):

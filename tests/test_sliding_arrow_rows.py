@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from beam_ext import SlidingWindow, agg
+from beam_ext.runner._element_batches import ElementBatches
 from beam_ext.runner.native import ArrowRows
 from beam_ext.runner.native._sliding import sliding_on_arrow_rows, sliding_on_rdd
 from beam_ext.transforms.sliding._plan import _Plan
@@ -34,7 +35,8 @@ def _table(rows: list[dict], schema: pa.Schema | None = None) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def _features(rdd) -> dict:
+def _features(out) -> dict:
+    rdd = out.elements() if isinstance(out, ElementBatches) else out
     # repr: NaN keys and features compare equal to themselves
     return {wv.value[0]["id"]: repr((wv.value[0], wv.value[1], wv.timestamp, wv.windows)) for wv in rdd.collect()}
 

@@ -26,13 +26,14 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from apache_beam.runners.portability.fn_api_runner.translations import IMPULSE_BUFFER, split_buffer_id
 
 from beam_ext.runner import native
+from beam_ext.runner._element_batches import BATCH, ElementBatches
 from beam_ext.runner._errors import PipelineError, translate_spark_error
 from beam_ext.runner._group_spill import SpillStats
 from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, identity_partition, unpack
 from beam_ext.runner.executors._side_inputs import SideInputState, side_input_state
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
-from beam_ext.runner.worker._direct import BATCH, decoded_batches, run_direct_chain
+from beam_ext.runner.worker._direct import decoded_batches, run_direct_chain
 
 _LOG = logging.getLogger("beam_ext.runner")
 _RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
@@ -82,11 +83,11 @@ def _stage_task(spec, broadcast, reports, stage_name: str, partition: int, recor
             yield index, payload
 
 
-def _direct_task(chain, setup, side_inputs, reports, stage_name: str, batched: bool, partition: int,
-                 values) -> Iterator:
+def _direct_task(chain, setup, side_inputs, reports, stage_name: str, batches_out: bool, partition: int,
+                 batches) -> Iterator:
     report: list[bytes] = []
-    yield from run_direct_chain(chain, setup, values, report, side_inputs.value if side_inputs is not None else (),
-                                batched)
+    yield from run_direct_chain(chain, setup, batches, report, side_inputs.value if side_inputs is not None else (),
+                                batches_out)
     for serialized in report:
         reports.add({(stage_name, partition): serialized})
 
@@ -157,9 +158,9 @@ class BatchExecutor:
         # Buffers a native step left as Arrow tables for native readers of columns.
         self._arrow_rows: dict[bytes, native.ArrowRows] = {}
         self._one_by_one = False  # set when stages are run one Spark job each, to name a failing step
-        # Buffers left as RDDs of WindowedValue objects, between native steps
+        # Buffers left as batches of element objects, between native steps
         # and the Map-like stages next to them: no encode and decode in between.
-        self._values: dict[bytes, Any] = {}
+        self._values: dict[bytes, ElementBatches] = {}
         # Outputs of native steps the driver lists without Spark (a Create's):
         # buffer -> (coder, elements when called); side inputs read them from here.
         self._driver_values: dict[bytes, tuple[Any, Callable[[], list]]] = {}
@@ -341,20 +342,22 @@ class BatchExecutor:
         chain = stage.direct
         _LOG.debug("stage %s runs its steps on element objects", stage.label)
         side_inputs = self._broadcast(self._side_input_chunks(stage)) if stage.side_inputs else None
-        values = self._values.get(stage.inputs[0])
-        batched = values is None
-        if batched and self._groups_read_as_objects(stage):
+        handed = self._values.get(stage.inputs[0])
+        if handed is not None:
+            batches = handed.rdd
+        elif self._groups_read_as_objects(stage):
             _LOG.debug("stage %s takes its groups as objects", stage.label)
-            values = self._read_grouped(stage.inputs[0], (chain.input_coder, stage.spec.bundle_bytes))
-        elif batched:
-            values = self._read(stage.inputs[0]).mapPartitions(functools.partial(
+            batches = self._read_grouped(stage.inputs[0], (chain.input_coder, stage.spec.bundle_bytes))
+        else:
+            batches = self._read(stage.inputs[0]).mapPartitions(functools.partial(
                 decoded_batches, chain.input_coder, stage.spec.bundle_bytes))
         self._chained.append(stage)
-        out = values.mapPartitionsWithIndex(functools.partial(
-            _direct_task, chain, stage.spec.worker_setup, side_inputs, self._reports, stage.name, batched))
         [buffer_id] = stage.outputs
-        if chain.shuffle is None and self._objects_read(buffer_id):
-            self._values[buffer_id] = out
+        handing = chain.shuffle is None and self._objects_read(buffer_id)
+        out = batches.mapPartitionsWithIndex(functools.partial(
+            _direct_task, chain, stage.spec.worker_setup, side_inputs, self._reports, stage.name, handing))
+        if handing:
+            self._values[buffer_id] = ElementBatches(out)
             return
         if chain.shuffle is None:
             out = out.mapPartitions(functools.partial(_encode_partition, chain.output_coder))
@@ -451,6 +454,8 @@ class BatchExecutor:
         if values is None:
             values = self._read(stage.inputs[0]).mapPartitions(
                 functools.partial(_decode_chunks, spec.input_coder))
+        elif isinstance(values, ElementBatches) and spec.urn not in native.READS_BATCHES:
+            values = values.elements()
         self._native_counters.append((stage.name, spec.step_name, counters))
         readers = sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs)
         # Inside the action: an implementation may run Spark jobs itself (a
@@ -464,11 +469,13 @@ class BatchExecutor:
                     for buffer_id in stage.outputs:
                         self._arrow_rows[buffer_id] = out
                     return
-                out = out.values()
+                out = out.batches()
             if not self._one_by_one and len(stage.outputs) == 1 and self._objects_read(stage.outputs[0]):
                 self._chained.append(stage)
-                self._values[stage.outputs[0]] = out
+                self._values[stage.outputs[0]] = out if isinstance(out, ElementBatches) else ElementBatches.of(out)
                 return
+            if isinstance(out, ElementBatches):
+                out = out.elements()
             out = out.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
             if readers <= 1 and not self._one_by_one:
                 # Read once (or never): computed in the same pass as its reader,

@@ -16,13 +16,17 @@ its line to :data:`TRANSLATIONS`.
 An implementation may also return :class:`ArrowRows` (row dicts held as
 Arrow tables). The executor hands them unchanged to native readers listed
 in :data:`READS_ARROW_ROWS`, which then get either an RDD or ``ArrowRows``,
-and makes the row dicts for every other reader.
+and makes the row dicts for every other reader. It may return
+:class:`ElementBatches` (an RDD of batches of elements), which steps on
+element objects next to it take without a ``WindowedValue`` per element;
+readers listed in :data:`READS_BATCHES` get them too.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Callable, Protocol
 
+from beam_ext.runner._element_batches import ElementBatches
 from beam_ext.runner.native._arrow_rows import ArrowRows
 from beam_ext.runner.native._create import CREATE_URN, create_on_spark, create_values
 from beam_ext.runner.native._lateness import late_panes_on_spark
@@ -42,7 +46,8 @@ from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_UR
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
 
 __all__ = ["DRIVER_VALUES", "NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION", "ONE_WINDOW_PER_ELEMENT",
-           "READS_ARROW_ROWS", "TRANSLATIONS", "ArrowRows", "NativeContext", "NativeFn", "lookup_native"]
+           "READS_ARROW_ROWS", "READS_BATCHES", "TRANSLATIONS", "ArrowRows", "ElementBatches", "NativeContext",
+           "NativeFn", "lookup_native"]
 
 
 class NativeCounter(Protocol):
@@ -88,6 +93,10 @@ ONE_WINDOW_PER_ELEMENT: frozenset[str] = frozenset({SLIDING_URN})
 
 #: Implementations that take :class:`ArrowRows` as their input, as well as an RDD.
 READS_ARROW_ROWS: frozenset[str] = frozenset({SLIDING_URN})
+
+
+#: Implementations that take :class:`ElementBatches` as their input, as well as an RDD.
+READS_BATCHES: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WRITE_PARQUET_BATCHED_URN})
 
 
 #: Implementations whose elements the driver can list from the payload alone

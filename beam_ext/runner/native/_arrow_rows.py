@@ -6,17 +6,18 @@ decoded again by the next step, those rows cost more than the computation
 that follows them. So the read returns :class:`ArrowRows` instead: the
 tables themselves. A native consumer that can compute on columns (see
 :data:`beam_ext.runner.native.READS_ARROW_ROWS`) takes them as they are;
-for any other consumer the executor calls :meth:`ArrowRows.values`, which
-makes exactly the row dicts Beam's own read makes.
+for any other consumer the executor makes exactly the row dicts Beam's own
+read makes: :meth:`ArrowRows.batches` for steps on element objects,
+:meth:`ArrowRows.values` to be encoded.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Iterable, Iterator
 
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
+
+from beam_ext.runner._element_batches import BOUNDED, ElementBatches, Same, bounded_batches
 
 
 def row_dicts(table: Any) -> list[dict]:
@@ -32,15 +33,17 @@ def bounded_values(values: Iterable[Any]) -> Iterator[WindowedValue]:
     """``values`` as a bounded read's elements: global window, the minimum timestamp."""
     # with_value copies the template's fields; building a WindowedValue
     # converts the Timestamp again for every element, twice the cost.
-    template = WindowedValue(None, MIN_TIMESTAMP, (GlobalWindow(),))
-    with_value = template.with_value
-    for value in values:
-        yield with_value(value)
+    return map(BOUNDED.with_value, values)
 
 
 def table_values(table: Any) -> Iterator[WindowedValue]:
     """The elements standing for ``table``'s rows."""
     return bounded_values(row_dicts(table))
+
+
+def table_batches(table: Any) -> Iterator[Same]:
+    """The elements standing for ``table``'s rows, in batches."""
+    return bounded_batches(row_dicts(table))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,3 +59,7 @@ class ArrowRows:
     def values(self) -> Any:
         """The RDD of ``WindowedValue`` row dicts these tables stand for."""
         return self.tables.flatMap(table_values)
+
+    def batches(self) -> ElementBatches:
+        """The row dicts these tables stand for, in batches."""
+        return ElementBatches(self.tables.flatMap(table_batches))

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 
 from apache_beam.utils.windowed_value import WindowedValue
 
+from beam_ext.runner._element_batches import ElementBatches, bounded_batches
 from beam_ext.runner.native._arrow_rows import bounded_values
 
 CREATE_URN = "beam_ext:create:v1"
@@ -43,11 +44,15 @@ def create_values(payload: bytes) -> list[WindowedValue]:
     return list(_decoded(config.coder, iter(config.encoded)))
 
 
-def create_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
-    """SparkRunner's ``beam.Create``: an RDD of the decoded values."""
+def _decoded_batches(coder: Any, encoded: Iterator[bytes]) -> Iterator[Any]:
+    return bounded_batches(map(coder.decode, encoded))
+
+
+def create_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ElementBatches:
+    """SparkRunner's ``beam.Create``: the decoded values."""
     from apache_beam.internal import pickler
 
     config: CreateConfig = pickler.loads(payload)
     slices = max(1, min(ctx.parallelism, len(config.encoded))) if config.reshuffle else 1
-    return ctx.spark.sparkContext.parallelize(config.encoded, slices).mapPartitions(
-        functools.partial(_decoded, config.coder))
+    return ElementBatches(ctx.spark.sparkContext.parallelize(config.encoded, slices).mapPartitions(
+        functools.partial(_decoded_batches, config.coder)))

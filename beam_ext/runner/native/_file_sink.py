@@ -21,17 +21,22 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
+from beam_ext.runner._element_batches import ElementBatches, Same, batched, values_per_window
+
 #: ``write_values(sink, handle, values)``: writes a shard's values through ``handle``, from ``sink.open``.
 WriteValues = Callable[[Any, Any, Iterator[Any]], None]
 
 
 def _write_shard(sink: Any, temp_dir: str, write_values: WriteValues, index: int,
-                 wvs: Iterator[WindowedValue]) -> Iterator[str]:
-    """Writes one partition as one shard; yields its temporary path (none if empty)."""
+                 batches: Iterator[Same | list]) -> Iterator[str]:
+    """Writes one partition (batches of elements) as one shard; yields its temporary path (none if empty)."""
     from pyspark import TaskContext
 
-    first = next(wvs, None)
-    if first is None:
+    # Beam's WriteImpl rewindows into the global window first: an element
+    # in several windows is written once per window.
+    values = values_per_window(batches)
+    first = next(values, _NONE)
+    if first is _NONE:
         return
     # Beam's temporary names end as the final ones, so compression AUTO
     # picks the same codec from the suffix.
@@ -41,13 +46,14 @@ def _write_shard(sink: Any, temp_dir: str, write_values: WriteValues, index: int
         temp_dir, f"shard-{index:05d}-attempt-{TaskContext.get().attemptNumber()}-{uuid.uuid4().hex}") + suffix
     handle = sink.open(attempt)
     try:
-        # Beam's WriteImpl rewindows into the global window first: an
-        # element in several windows is written once per window.
-        write_values(sink, handle, (wv.value for wv in _prepend(first, wvs) for _ in wv.windows))
+        write_values(sink, handle, _prepend(first, values))
     finally:
         sink.close(handle)
     FileSystems.rename([attempt], [path])
     yield path
+
+
+_NONE = object()  # no value: a partition's values may be None
 
 
 def _prepend(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
@@ -55,9 +61,13 @@ def _prepend(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
-def write_shards(sink: Any, rdd: Any, ctx: Any, write_values: WriteValues) -> Any:
-    """Writes ``rdd`` (of ``WindowedValue``) with ``sink``; returns an RDD of the final file names."""
+def write_shards(sink: Any, elements: Any, ctx: Any, write_values: WriteValues) -> Any:
+    """Writes ``elements`` (:class:`ElementBatches`, or an RDD of ``WindowedValue``)
+    with ``sink``; returns an RDD of the final file names."""
     sc = ctx.spark.sparkContext
+    if not isinstance(elements, ElementBatches):
+        elements = ElementBatches(elements.mapPartitions(batched))
+    rdd = elements.rdd
     # num_shards 0: one shard per non-empty partition (Beam writes one per bundle).
     num_shards = sink.num_shards
     if num_shards:
@@ -65,7 +75,9 @@ def write_shards(sink: Any, rdd: Any, ctx: Any, write_values: WriteValues) -> An
         if partitions > num_shards:
             rdd = rdd.coalesce(num_shards)
         elif partitions < num_shards:
-            rdd = rdd.repartition(num_shards)
+            # Elements, not batches, spread over the shards: a few batches
+            # would leave shards empty.
+            rdd = elements.elements().repartition(num_shards).mapPartitions(batched)
     temp_dir = sink.initialize_write()
     written = sorted(rdd.mapPartitionsWithIndex(
         functools.partial(_write_shard, sink, temp_dir, write_values)).collect())

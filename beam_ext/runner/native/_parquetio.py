@@ -29,7 +29,8 @@ from typing import Any, Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_ext.runner.native._arrow_rows import ArrowRows, bounded_values
+from beam_ext.runner._element_batches import ElementBatches, bounded_batches
+from beam_ext.runner.native._arrow_rows import ArrowRows
 from beam_ext.runner.native._file_sink import write_shards
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -120,11 +121,11 @@ def read_parquet_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ArrowRows:
     return ArrowRows(read_tables(pickler.loads(payload), ctx))
 
 
-def read_parquet_batched_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
+def read_parquet_batched_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ElementBatches:
     """SparkRunner's ReadFromParquetBatched: one ``pyarrow.Table`` per row group."""
     from apache_beam.internal import pickler
 
-    return read_tables(pickler.loads(payload), ctx).mapPartitions(bounded_values)
+    return ElementBatches(read_tables(pickler.loads(payload), ctx).mapPartitions(bounded_batches))
 
 
 # -- writing ---------------------------------------------------------------

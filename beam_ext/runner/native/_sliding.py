@@ -24,7 +24,8 @@ import numpy as np
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from beam_ext._key_hash import key_hash, untyped_key_coder
-from beam_ext.runner.native._arrow_rows import ArrowRows, bounded_values, row_dicts
+from beam_ext.runner._element_batches import ElementBatches, bounded_batches
+from beam_ext.runner.native._arrow_rows import ArrowRows, row_dicts
 from beam_ext.transforms.sliding._plan import _Plan
 from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns, feature_dicts
 
@@ -145,7 +146,7 @@ def _table_parts(plan: _Plan, partitions: int, table: Any) -> Iterator[tuple[int
 
 
 def _arrow_partition(plan: _Plan, parts: Iterator[tuple]) -> Iterator[Any]:
-    """The ``(event, features)`` elements of one key partition's tables."""
+    """The ``(event, features)`` elements of one key partition's tables, in batches."""
     parts = list(parts)
     if not parts:
         return iter(())
@@ -163,15 +164,15 @@ def _arrow_partition(plan: _Plan, parts: Iterator[tuple]) -> Iterator[Any]:
     feats = compute_columns(plan, key_codes, times, columns)
     features = feature_dicts(feats, len(key_codes))
     events = [event for table, *_ in parts for event in row_dicts(table)]
-    return bounded_values(zip(events, features))
+    return bounded_batches(list(zip(events, features)))
 
 
-def sliding_on_arrow_rows(plan: _Plan, rows: ArrowRows, parallelism: int) -> Any:
+def sliding_on_arrow_rows(plan: _Plan, rows: ArrowRows, parallelism: int) -> ElementBatches:
     """As :func:`sliding_on_rdd`, for row dicts held as Arrow tables (``plan.reads_named_fields``)."""
-    return (rows.tables.flatMap(functools.partial(_table_parts, plan, parallelism))
-            .partitionBy(parallelism, _identity)
-            .values()
-            .mapPartitions(functools.partial(_arrow_partition, plan)))
+    return ElementBatches(rows.tables.flatMap(functools.partial(_table_parts, plan, parallelism))
+                          .partitionBy(parallelism, _identity)
+                          .values()
+                          .mapPartitions(functools.partial(_arrow_partition, plan)))
 
 
 def _identity(partition: int) -> int:

@@ -27,9 +27,8 @@ from typing import Any, Iterable, Iterator
 from apache_beam.coders import coders
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_ext.runner.native._arrow_rows import bounded_values
+from beam_ext.runner._element_batches import ElementBatches, Same, bounded_batches
 from beam_ext.runner.native._file_sink import write_shards
 
 READ_TEXT_URN = "beam_ext:textio:read_from_text:v1"
@@ -78,8 +77,8 @@ def _decoder(coder: Any):
     return lambda b: coder.decode(bytes(b))
 
 
-def _decoded(pattern: str, coder: Any, records: Iterable[bytes]) -> Iterator[WindowedValue]:
-    return bounded_values(_decoded_values(pattern, coder, records))
+def _decoded(pattern: str, coder: Any, records: Iterable[bytes]) -> Iterator[Same]:
+    return bounded_batches(_decoded_values(pattern, coder, records))
 
 
 def _decoded_values(pattern: str, coder: Any, records: Iterable[bytes]) -> Iterator[Any]:
@@ -118,14 +117,14 @@ def _read_part(part: tuple, compression_type: str, skip: int) -> Iterator[bytes]
     return _range_records(path, start, end)
 
 
-def read_text_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
-    """SparkRunner's ReadFromText: an RDD of the lines, global window, MIN timestamp."""
+def read_text_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ElementBatches:
+    """SparkRunner's ReadFromText: the lines, global window, MIN timestamp."""
     from apache_beam.internal import pickler
 
     return read_lines(pickler.loads(payload), ctx)
 
 
-def read_lines(config: ReadConfig, ctx: Any, min_split: int = _MIN_SPLIT) -> Any:
+def read_lines(config: ReadConfig, ctx: Any, min_split: int = _MIN_SPLIT) -> ElementBatches:
     """The records of ``config``'s files, ranges of at least ``min_split`` bytes per task."""
     sc = ctx.spark.sparkContext
     [match] = FileSystems.match([config.pattern])
@@ -143,11 +142,11 @@ def read_lines(config: ReadConfig, ctx: Any, min_split: int = _MIN_SPLIT) -> Any
         else:
             parts += [(path, start, min(start + split, size)) for start in range(0, size, split)]
     if not parts:
-        return sc.parallelize([], 1)
+        return ElementBatches(sc.parallelize([], 1))
     read = functools.partial(_read_part, compression_type=config.compression_type,
                              skip=config.skip_header_lines)
-    return sc.parallelize(parts, len(parts)).flatMap(read).mapPartitions(
-        functools.partial(_decoded, config.pattern, config.coder))
+    return ElementBatches(sc.parallelize(parts, len(parts)).flatMap(read).mapPartitions(
+        functools.partial(_decoded, config.pattern, config.coder)))
 
 
 # -- writing ---------------------------------------------------------------

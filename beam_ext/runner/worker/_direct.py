@@ -44,6 +44,7 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.transforms import combiners
 
 from beam_ext.errors import BeamExtError
+from beam_ext.runner._element_batches import BATCH, Same, as_batch, windowed
 from beam_ext.runner._shuffle import Buckets, ShuffleWriter
 from beam_ext.runner.worker._setup import WorkerSetup
 
@@ -143,12 +144,6 @@ class StepFailed(BeamExtError, RuntimeError):
     """A step of a direct chain raised; the message names it as Beam's bundle processor does."""
 
 
-# Elements a step takes per turn: each step then runs a whole list under
-# its own metrics state, instead of switching state and generator frames
-# per element (half the chain's cost for a one-line Map).
-BATCH = 512
-
-
 def decoded_batches(coder: Any, limit_bytes: int, chunks: Iterable[bytes]) -> Iterator[list]:
     """The elements of encoded ``chunks``, in batches of at most ``BATCH``
     elements that close once their encoded size reaches ``limit_bytes`` (the
@@ -172,54 +167,6 @@ def decoded_batches(coder: Any, limit_bytes: int, chunks: Iterable[bytes]) -> It
                 batch, size = [], 0
     if batch:
         yield batch
-
-
-def _batches(values: Iterator[Any]) -> Iterator[list]:
-    batch: list = []
-    append = batch.append
-    for value in values:
-        append(value)
-        if len(batch) == BATCH:
-            yield batch
-            batch = []
-            append = batch.append
-    if batch:
-        yield batch
-
-
-class Same:
-    """A batch of values that share one timestamp, window set and pane: ``template``'s.
-
-    Most batch pipelines' elements do (the global window, a bounded read's
-    timestamp): a step then maps a list of values, and makes no
-    ``WindowedValue`` per element until one leaves the chain.
-    """
-
-    __slots__ = ("template", "values")
-
-    def __init__(self, template: Any, values: list) -> None:
-        self.template = template
-        self.values = values
-
-    def windowed(self) -> list:
-        """The batch as ``WindowedValue`` elements."""
-        return list(map(self.template.with_value, self.values))
-
-
-def _same(batch: list) -> Same | list:
-    """``batch`` (``WindowedValue`` elements) as a :class:`Same` if its elements share their windowing."""
-    first = batch[0]
-    micros, windows, pane = first.timestamp_micros, first.windows, first.pane_info
-    for wv in batch:
-        # Identity first: elements built from one template share its objects.
-        if (wv.timestamp_micros != micros or (wv.windows is not windows and wv.windows != windows)
-                or (wv.pane_info is not pane and wv.pane_info != pane)):
-            return batch
-    return Same(first, [wv.value for wv in batch])
-
-
-def _windowed(batch: Same | list) -> list:
-    return batch.windowed() if type(batch) is Same else batch
 
 
 def _map_fn(dofn: Any) -> Callable | None:
@@ -300,7 +247,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                 if issubclass(kind, special):
                     # Elements that may share windowing again (Reshuffle's
                     # restored timestamps, all the minimum): checked.
-                    return _same([output(template, r) if isinstance(r, special) else template.with_value(r)
+                    return as_batch([output(template, r) if isinstance(r, special) else template.with_value(r)
                                   for r in results])
                 plain_types.add(kind)
         return Same(template, results)
@@ -669,7 +616,7 @@ def _shuffled(chain: DirectChain, batches: Iterator[list]) -> Iterator[tuple[int
             if type(batch) is Same and encoders is not None:
                 yield from buckets.add_values(batch.values, *encoders)
             else:
-                yield from buckets.add(shuffle.pairs(_windowed(batch)))
+                yield from buckets.add(shuffle.pairs(windowed(batch)))
         except Exception as exc:  # noqa: BLE001 - an output the GroupByKey's coder refuses
             raise StepFailed(traceback.format_exc() + _STEP_TAG % last) from exc
     yield from buckets.flush()
@@ -692,14 +639,15 @@ def _views(step: DirectStep, side_inputs: Sequence[Sequence[bytes]]) -> list:
     return views
 
 
-def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, values: Iterator[Any],
+def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Iterator[Same | list],
                      report: list, side_inputs: Sequence[Sequence[bytes]] = (),
-                     batched: bool = False) -> Iterator[Any]:
-    """The chain's output for ``values`` (element objects, or lists of them if
-    ``batched``): elements, or ``(target partition, blob)`` pairs if it feeds
-    a GroupByKey. ``side_inputs``: the encoded chunks of the
-    stage's side inputs, by index. Appends the task's serialized monitoring
-    infos (user metrics per step) to ``report`` at the end."""
+                     batches_out: bool = False) -> Iterator[Any]:
+    """The chain's output for ``batches`` of its input (lists of
+    ``WindowedValue``, or :class:`Same`): elements, batches of them if
+    ``batches_out``, or ``(target partition, blob)`` pairs if it feeds a
+    GroupByKey. ``side_inputs``: the encoded chunks of the stage's side
+    inputs, by index. Appends the task's serialized monitoring infos (user
+    metrics per step) to ``report`` at the end."""
     from apache_beam.internal import pickler
     from apache_beam.internal.util import insert_values_in_args
     from apache_beam.metrics.execution import MetricsContainer
@@ -709,7 +657,7 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, values: Iter
         setup.apply()  # before the DoFns are unpickled
     tracker = _Tracker()
     containers = []
-    batches = map(_same, values if batched else _batches(values))
+    batches = map(as_batch, batches)
     previous = statesampler.get_current_tracker()
     steps = [(step, None if isinstance(step, DirectCombinePhase) else pickler.loads(step.payload))
              for step in chain.steps]
@@ -739,9 +687,11 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, values: Iter
             batches = _precombine(chain.precombine, tracker, _State(container), batches, unkeyed=unkeyed)
         if chain.shuffle is not None:
             yield from _shuffled(chain, batches)
+        elif batches_out:
+            yield from batches
         else:
             for batch in batches:
-                yield from _windowed(batch)
+                yield from windowed(batch)
     finally:
         statesampler.set_current_tracker(previous)
     infos = [info for name, container in containers
