@@ -110,3 +110,48 @@ def test_the_replacement_keeps_the_type_beam_inferred_without_inferring_again():
     assert create.transform._output_type == typehints.Union[int, str]
     assert create.outputs[None].element_type == typehints.Union[int, str]
     assert create.transform.get_output_type() == typehints.Union[int, str]
+
+
+def _reshuffled(p, values, reshuffle: bool = True):
+    """Seeds spread by a Reshuffle, then expanded: Beam's idiom; elements with their windowing."""
+    return (p | beam.Create(values, reshuffle=reshuffle) | beam.Reshuffle()
+            | beam.FlatMap(lambda s: [(s, i) for i in range(s % 4)]) | beam.ParDo(_element_info))
+
+
+class _Spread(beam.PTransform):
+    def __init__(self, values):
+        super().__init__()
+        self._values = values
+
+    def expand(self, pbegin):
+        return pbegin | beam.Create(self._values) | "Spread" >> beam.Reshuffle()
+
+
+def test_a_reshuffle_of_a_create_is_dropped_and_changes_nothing(spark, caplog):
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import MIN_TIMESTAMP
+
+    seeds = list(range(40))
+    # Each element as Beam's DirectRunner gives it: checked on both runners.
+    want = [(repr((s, i)), MIN_TIMESTAMP.micros, repr(GlobalWindow())) for s in seeds for i in range(s % 4)]
+    with beam.Pipeline("DirectRunner") as p:
+        assert_that(_reshuffled(p, seeds), equal_to(want))
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            assert_that(_reshuffled(p, seeds), equal_to(want))
+            # The dropped Reshuffle's output is a composite's, and read twice more, once as a side input.
+            spread = p | _Spread([1, 2, 3])
+            assert_that(spread | "Count" >> beam.combiners.Count.Globally(), equal_to([3]), label="count")
+            total = spread | beam.CombineGlobally(sum)
+            assert_that(spread | beam.Map(lambda x, t: x * 10 + t, t=beam.pvalue.AsSingleton(total)),
+                        equal_to([16, 26, 36]), label="side")
+    assert "step 'Reshuffle' dropped" in caplog.text and "step '_Spread/Spread' dropped" in caplog.text
+
+
+def test_a_reshuffle_of_a_create_in_one_bundle_stays(spark, caplog):
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            assert_that(_reshuffled(p, [5, 6, 7], reshuffle=False) | beam.Map(lambda e: e[0]),
+                        equal_to([repr((5, 0)), repr((6, 0)), repr((6, 1)), repr((7, 0)), repr((7, 1)),
+                                  repr((7, 2))]))
+    assert "dropped" not in caplog.text

@@ -1,7 +1,8 @@
 """Planning: a Runner API pipeline -> a :class:`Plan` of fused stages.
 
 The steps, each in its own module: :mod:`._phases` (our phases on the
-proto, then Beam's translation phases with ours among them), :mod:`._stages`
+proto, then Beam's translation phases with ours among them),
+:mod:`._reshuffle` (a Reshuffle a native Create makes needless, dropped), :mod:`._stages`
 (each fused stage -> a :class:`PlannedStage` an executor can run), and
 :mod:`._test_stream`, :mod:`._create_override` and :mod:`._io_overrides`
 (pipeline overrides applied before the proto is made).
@@ -15,6 +16,7 @@ from apache_beam.runners.portability.fn_api_runner import translations
 from beam_ext.runner.planning._create_override import CreateOverride
 from beam_ext.runner.planning._io_overrides import io_overrides
 from beam_ext.runner.planning._phases import RUNNER_URNS, check_supported, optimize_phases, substitute_natives
+from beam_ext.runner.planning._reshuffle import drop_reshuffles_after_create
 from beam_ext.runner.planning._stages import GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner
 from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource, TestStreamSpec
 
@@ -32,6 +34,8 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     keep their Beam expansion (the Spark-native implementations are batch jobs).
     """
     native_urns = frozenset() if streaming else substitute_natives(proto)
+    if not streaming:
+        drop_reshuffles_after_create(proto)
     runner_urns = RUNNER_URNS | native_urns
     if streaming:
         runner_urns |= {common_urns.primitives.TEST_STREAM.urn}
