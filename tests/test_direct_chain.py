@@ -96,6 +96,26 @@ def test_user_metrics_count_under_their_step(spark, tmp_path):
     assert (sizes.committed.count, sizes.committed.sum, sizes.committed.min, sizes.committed.max) == (30, 60, 1, 3)
 
 
+def test_the_last_steps_of_a_pipeline_run_on_objects(spark, tmp_path, caplog):
+    # No step reads their output: the line ends the pipeline. It still runs,
+    # counts its metrics under its steps, and names a failing step.
+    path = _lines(tmp_path / "in.txt", ["a", "bb", "ccc"] * 10)
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        p = beam.Pipeline(runner=SparkRunner())
+        _ = (p | beam.io.ReadFromText(path) | "Count" >> beam.Map(_Counting())
+             | "Last" >> beam.Map(_Counting()))
+        result = p.run()
+        result.wait_until_finish()
+    counters = result.metrics().query(MetricsFilter().with_name("seen"))["counters"]
+    assert sorted((c.key.step, c.committed) for c in counters) == [("Count", 30), ("Last", 30)]
+    assert f"stage Count+Last {DIRECT}" in caplog.text
+    bad = _lines(tmp_path / "bad.txt", ["ok", "bad"])
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = p | beam.io.ReadFromText(bad) | beam.Map(str.strip) | "Explode" >> beam.Map(_explode)
+    assert info.value.step == "Explode"
+
+
 def _draw(line):
     return f"{line} {random.random()}"
 

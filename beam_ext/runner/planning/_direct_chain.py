@@ -1,7 +1,7 @@
 """Which fused stages the batch executor may run on element objects (:mod:`beam_ext.runner.worker._direct`).
 
-A stage qualifies when, between its one data input and its one data output,
-it is a line of:
+A stage qualifies when, between its one data input and its one data output
+(or the pipeline's end), it is a line of:
 
 - ParDos of a ``DoFn`` that takes only the element (and extra arguments):
   ``Map``, ``FlatMap``, ``Filter``, ``MapTuple``, Beam's own key-with-``None``
@@ -78,7 +78,8 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
     be read whole. ``combine_fn(payload)``: a precombine's pickled
     ``(CombineFn, args, kwargs)``. ``shuffle``: how the output is written if
     it feeds a GroupByKey (its coder the real one, not the runner's bytes
-    view), over ``partitions``.
+    view), over ``partitions``. ``output_coder`` None: the stage has no
+    output, its line ends the pipeline.
     """
     from apache_beam.transforms import core, sideinputs
     from apache_beam.utils import proto_utils
@@ -105,7 +106,9 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
         if len(main) != 1 or main[0] in by_input:
             return None  # two consumers of one PCollection
         by_input[main[0]] = transform
-    if start is None or ends != 1 or len(start.outputs) != 1:
+    # No output coder: the line ends the pipeline, no buffer reads it.
+    terminal = output_coder is None
+    if start is None or ends != (0 if terminal else 1) or len(start.outputs) != 1:
         return None
     steps: list[DirectStep | DirectCombinePhase] = []
     precombine = None
@@ -113,6 +116,8 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
     [pcoll] = start.outputs.values()
     while True:
         transform = by_input.get(pcoll)
+        if transform is None and terminal and precombine is None:
+            break
         if transform is None or precombine is not None and transform.spec.urn != bundle_processor.DATA_OUTPUT_URN:
             return None
         if transform.spec.urn == bundle_processor.DATA_OUTPUT_URN:
@@ -162,7 +167,7 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
         [pcoll] = transform.outputs.values()
     if not steps and precombine is None:
         return None
-    if len(steps) + (precombine is not None) + flattens + 2 != len(transforms):
+    if len(steps) + (precombine is not None) + flattens + (1 if terminal else 2) != len(transforms):
         return None
     return DirectChain(tuple(steps), input_coder, output_coder, precombine=precombine, shuffle=shuffle,
                        partitions=partitions)

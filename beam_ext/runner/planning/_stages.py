@@ -229,11 +229,13 @@ class StagePlanner:
             state_backend=self.state[0] if planned.keyed else "memory",
             state_memory_bytes=self.state[1])
         if (not self.streaming and not planned.keyed and not planned.spread and not stage.timers
-                and len(inputs) == 1 and len(outputs) == 1):
-            planned.direct = self._direct_chain(stage, input_coders[0], output_pcolls[0], outputs[0], side_inputs)
+                and len(inputs) == 1 and len(outputs) <= 1):
+            # No output: the stage's line ends with the pipeline (a last Map, an assert).
+            planned.direct = self._direct_chain(stage, input_coders[0], output_pcolls[0] if outputs else None,
+                                                outputs[0] if outputs else None, side_inputs)
         return planned
 
-    def _direct_chain(self, stage: Stage, input_coder: Any, output_pcoll: str, output: bytes,
+    def _direct_chain(self, stage: Stage, input_coder: Any, output_pcoll: str | None, output: bytes | None,
                       side_inputs: list[SideInputSpec]) -> DirectChain | None:
         from apache_beam.internal import pickler
         from apache_beam.transforms import core
@@ -248,10 +250,11 @@ class StagePlanner:
             return pickler.dumps((core.CombineFn.from_runner_api(payload.combine_fn, self._pipeline_context), [], {}))
 
         shuffle = None
-        if split_buffer_id(output)[0] == "group":
+        if output is not None and split_buffer_id(output)[0] == "group":
             # The real coder, not the runner's bytes view: the chain encodes objects.
             shuffle = ShuffleWriter(self._channel_coder(output_pcoll), self._group_spec(output).trivial)
-        return direct_chain(stage.transforms, input_coder=input_coder, output_coder=self._channel_coder(output_pcoll),
+        output_coder = self._channel_coder(output_pcoll) if output_pcoll is not None else None
+        return direct_chain(stage.transforms, input_coder=input_coder, output_coder=output_coder,
                             windowing_of=self._windowing, side_input=side_input, combine_fn=combine_fn,
                             shuffle=shuffle, partitions=self._partitions)
 

@@ -98,6 +98,7 @@ class DirectChain:
 
     With ``shuffle`` the output feeds a GroupByKey: the task yields
     ``(target partition, blob)`` pairs over ``partitions``, not elements.
+    ``output_coder`` is None where no step reads the output.
     """
 
     steps: tuple[DirectStep | DirectCombinePhase, ...]
