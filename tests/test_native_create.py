@@ -95,21 +95,18 @@ def test_one_create_read_by_two_consumers_and_a_side_input(spark):
         assert_that(numbers | beam.combiners.Count.Globally(), equal_to([10]), label="count")
 
 
-def test_the_replacement_keeps_the_type_beam_inferred_without_inferring_again():
-    # Beam infers a Create's output type from every value; the native
-    # replacement takes the original's instead of inferring it twice more.
-    from apache_beam.typehints import typehints
+class _Doubled(beam.Create):
+    """A Create subclass with its own expansion: not Beam's Create, so no native step."""
 
-    from beam_ext.runner.planning._create_override import CreateOverride, _NativeCreate
+    def expand(self, pbegin):
+        return super().expand(pbegin) | beam.Map(lambda x: x * 2)
 
-    p = beam.Pipeline(runner=SparkRunner())
-    out = p | beam.Create([1, "a", 2])
-    assert out.element_type == typehints.Union[int, str]
-    p.replace_all([CreateOverride()])
-    [create] = [part for part in p.transforms_stack[0].parts if isinstance(part.transform, _NativeCreate)]
-    assert create.transform._output_type == typehints.Union[int, str]
-    assert create.outputs[None].element_type == typehints.Union[int, str]
-    assert create.transform.get_output_type() == typehints.Union[int, str]
+
+def test_a_create_subclass_keeps_its_own_expansion(spark, caplog):
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            assert_that(p | "Doubled" >> _Doubled([1, 2, 3]), equal_to([2, 4, 6]))
+    assert "step 'Doubled' runs Spark-natively" not in caplog.text
 
 
 def _reshuffled(p, values, reshuffle: bool = True):

@@ -1,11 +1,12 @@
 """Planning: a Runner API pipeline -> a :class:`Plan` of fused stages.
 
 The steps, each in its own module: :mod:`._phases` (our phases on the
-proto, then Beam's translation phases with ours among them),
-:mod:`._reshuffle` (a Reshuffle a native Create makes needless, dropped), :mod:`._stages`
-(each fused stage -> a :class:`PlannedStage` an executor can run), and
-:mod:`._test_stream`, :mod:`._create_override` and :mod:`._io_overrides`
-(pipeline overrides applied before the proto is made).
+proto, then Beam's translation phases with ours among them), :mod:`._create`
+(a ``beam.Create`` found in the proto, given its native step),
+:mod:`._reshuffle` (a Reshuffle a native Create makes needless, dropped),
+:mod:`._stages` (each fused stage -> a :class:`PlannedStage` an executor can
+run), and :mod:`._test_stream` and :mod:`._io_overrides` (pipeline overrides
+applied before the proto is made).
 """
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
-from beam_ext.runner.planning._create_override import CreateOverride
 from beam_ext.runner.planning._io_overrides import io_overrides
 from beam_ext.runner.planning._phases import RUNNER_URNS, check_supported, optimize_phases, substitute_natives
 from beam_ext.runner.planning._reshuffle import drop_reshuffles_after_create
 from beam_ext.runner.planning._stages import GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner
 from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource, TestStreamSpec
 
-__all__ = ["CreateOverride", "GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
+__all__ = ["GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
            "TestStreamAsBoundedSource", "TestStreamSpec", "plan_pipeline", "io_overrides"]
 
 

@@ -13,7 +13,8 @@ Ours:
       ... -> SlidingAggregate[beam_ext:sliding_aggregate:v1] -> ...
 
   Every composite that declares a URN but keeps its Beam expansion is
-  logged, with the reason.
+  logged, with the reason. A ``beam.Create`` is declared here, from the
+  proto (:mod:`beam_ext.runner.planning._create`).
 * :func:`spread_sdf_processing` (among Beam's phases, after SDF expansion):
   the stage that processes SDF restrictions starts a new stage, so the
   runner can spread the initial splits over all partitions (without it a big
@@ -41,6 +42,7 @@ from apache_beam.runners.portability.fn_api_runner.translations import Stage, Tr
 from apache_beam.runners.worker import bundle_processor
 
 from beam_ext.runner import native
+from beam_ext.runner.planning._create import declare_native_creates
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -147,6 +149,7 @@ def optimize_phases(streaming: bool = False) -> list[Phase]:
 
 def substitute_natives(proto: beam_runner_api_pb2.Pipeline) -> frozenset[str]:
     """Turns composites with a Spark-native implementation into leaves; returns their URNs."""
+    declare_native_creates(proto)
     urns = set()
     for transform in proto.components.transforms.values():
         urn_bytes = transform.annotations.get(native.NATIVE_URN_ANNOTATION)
