@@ -86,16 +86,30 @@ def test_read_columns_and_batched_tables(spark, tmp_path, caplog):
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sizes=st.lists(st.integers(1, 120), min_size=1, max_size=4), group=st.integers(1, 50),
-       parallelism=st.integers(1, 7))
-def test_any_split_reads_every_row_group_once(spark, tmp_path_factory, sizes, group, parallelism):
+       parallelism=st.integers(1, 7), split_row_groups=st.booleans())
+def test_any_split_reads_every_row_once(spark, tmp_path_factory, sizes, group, parallelism, split_row_groups):
     directory = tmp_path_factory.mktemp("split")
     rows = _write_files(directory, sizes, row_group_size=group)
     ctx = NativeContext(spark=spark, parallelism=parallelism, step_name="read", counter=None)
     config = ParquetReadConfig(pattern=str(directory / "*.parquet"), columns=None, compression_type="auto")
-    tables = read_tables(config, ctx).collect()
+    rdd = read_tables(config, ctx, split_row_groups)
+    tables = rdd.collect()
     assert _by_id(r for t in tables for r in t.to_pylist()) == _by_id(rows)
-    assert sorted(t.num_rows for t in tables) == sorted(
-        min(group, n - i) for n in sizes for i in range(0, n, group))
+    if not split_row_groups:  # ReadFromParquetBatched: Beam's tables, one per row group
+        assert sorted(t.num_rows for t in tables) == sorted(
+            min(group, n - i) for n in sizes for i in range(0, n, group))
+    elif len(sizes) == 1 and group >= sizes[0] and parallelism > 1 and sizes[0] > 1:
+        assert rdd.getNumPartitions() > 1  # one file of one row group: read by several tasks
+
+
+def test_one_row_group_is_read_by_several_tasks_with_beams_rows(spark, tmp_path):
+    rows = _write_files(tmp_path, [1000], row_group_size=1000)
+    with beam.Pipeline("DirectRunner") as p:
+        assert_that(p | beam.io.ReadFromParquet(str(tmp_path / "*.parquet")) | beam.Map(json.dumps, sort_keys=True),
+                    equal_to(_by_id(rows)))
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        assert_that(p | beam.io.ReadFromParquet(str(tmp_path / "*.parquet")) | beam.Map(json.dumps, sort_keys=True),
+                    equal_to(_by_id(rows)))
 
 
 def test_a_pattern_matching_nothing_reads_nothing_as_on_beam(spark, tmp_path, caplog):

@@ -4,9 +4,12 @@ Reading: the pattern is matched on the driver with Beam's ``FileSystems``
 (empty files skipped, as Beam's file-based source does). A file no larger
 than its share of the input (total bytes / parallelism) is one Spark task;
 a larger one is cut into runs of whole row groups of about that size, from
-its footer. A task reads its row groups with ``pyarrow.parquet`` exactly as
-Beam's ``_ParquetSource`` does (``read_row_group(i, columns)``, the file
-opened through ``FileSystems`` with the source's compression), so
+its footer. For ReadFromParquet a row group larger than that share is read
+by several tasks, each keeping a range of its rows (a file of one row group
+is as many tasks as it has shares, up to the parallelism). A task reads its
+row groups with ``pyarrow.parquet`` exactly as Beam's ``_ParquetSource``
+does (``read_row_group(i, columns)``, the file opened through
+``FileSystems`` with the source's compression), so
 ``ReadFromParquetBatched`` yields Beam's tables, one per row group.
 ``ReadFromParquet`` returns those tables as
 :class:`~beam_ext.runner.native._arrow_rows.ArrowRows`: a native reader of
@@ -64,8 +67,14 @@ def _open(path: str, compression_type: str):
     return FileSystems.open(path, "application/octet-stream", compression_type=compression_type)
 
 
-def _parts(config: ParquetReadConfig, parallelism: int) -> list[tuple[str, tuple[int, ...] | None]]:
-    """(file, row groups to read, None for all) per Spark task."""
+_Part = tuple[str, "tuple[int, ...] | None", "tuple[int, int] | None"]
+
+
+def _parts(config: ParquetReadConfig, parallelism: int, split_row_groups: bool = False) -> list[_Part]:
+    """(file, row groups to read or None for all, rows of the one row group
+    to keep or None for all) per Spark task. ``split_row_groups``: a row
+    group worth several tasks is read by several, each keeping a range of
+    its rows (the row dicts do not show where a table ended)."""
     import pyarrow.parquet as pq
 
     [match] = FileSystems.match([config.pattern])
@@ -74,41 +83,53 @@ def _parts(config: ParquetReadConfig, parallelism: int) -> list[tuple[str, tuple
         # As Beam's read with validate=False: no files, no rows (validate=True fails at construction).
         _LOG.warning("ReadFromParquet: the pattern %r matches no file; reading nothing", config.pattern)
     share = max(1, -(-sum(size for _, size in files) // max(parallelism, 1)))
-    parts: list[tuple[str, tuple[int, ...] | None]] = []
+    parts: list[_Part] = []
     for path, size in files:
         if size <= share:
-            parts.append((path, None))
+            parts.append((path, None, None))
             continue
         with _open(path, config.compression_type) as f:
             metadata = pq.ParquetFile(f).metadata
         run: list[int] = []
         run_bytes = 0
         for i in range(metadata.num_row_groups):
+            group = metadata.row_group(i)
+            pieces = min(-(-group.total_byte_size // share), parallelism, group.num_rows)
+            if split_row_groups and pieces > 1:
+                if run:
+                    parts.append((path, tuple(run), None))
+                    run, run_bytes = [], 0
+                bounds = [group.num_rows * k // pieces for k in range(pieces + 1)]
+                parts += [(path, (i,), (bounds[k], bounds[k + 1])) for k in range(pieces)]
+                continue
             run.append(i)
-            run_bytes += metadata.row_group(i).total_byte_size
+            run_bytes += group.total_byte_size
             if run_bytes >= share:
-                parts.append((path, tuple(run)))
+                parts.append((path, tuple(run), None))
                 run, run_bytes = [], 0
         if run:
-            parts.append((path, tuple(run)))
+            parts.append((path, tuple(run), None))
     return parts
 
 
-def _read_part(config: ParquetReadConfig, part: tuple[str, tuple[int, ...] | None]) -> Iterator[Any]:
+def _read_part(config: ParquetReadConfig, part: _Part) -> Iterator[Any]:
     import pyarrow.parquet as pq
 
-    path, row_groups = part
+    path, row_groups, rows = part
     columns = None if config.columns is None else list(config.columns)
     with _open(path, config.compression_type) as f:
         pf = pq.ParquetFile(f)
         for i in range(pf.metadata.num_row_groups) if row_groups is None else row_groups:
-            yield pf.read_row_group(i, columns)
+            table = pf.read_row_group(i, columns)
+            yield table if rows is None else table.slice(rows[0], rows[1] - rows[0])
 
 
-def read_tables(config: ParquetReadConfig, ctx: Any) -> Any:
-    """An RDD of the files' row groups as ``pyarrow.Table``, as Beam's source reads them."""
+def read_tables(config: ParquetReadConfig, ctx: Any, split_row_groups: bool = False) -> Any:
+    """An RDD of the files' row groups as ``pyarrow.Table``, as Beam's source
+    reads them; ``split_row_groups``: large ones cut into ranges of rows
+    read by different tasks."""
     sc = ctx.spark.sparkContext
-    parts = _parts(config, ctx.parallelism)
+    parts = _parts(config, ctx.parallelism, split_row_groups)
     if not parts:
         return sc.parallelize([], 1)
     return sc.parallelize(parts, len(parts)).flatMap(functools.partial(_read_part, config))
@@ -118,7 +139,7 @@ def read_parquet_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ArrowRows:
     """SparkRunner's ReadFromParquet: the row dicts, held as Arrow tables."""
     from apache_beam.internal import pickler
 
-    return ArrowRows(read_tables(pickler.loads(payload), ctx))
+    return ArrowRows(read_tables(pickler.loads(payload), ctx, split_row_groups=True))
 
 
 def read_parquet_batched_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ElementBatches:
