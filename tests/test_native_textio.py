@@ -212,6 +212,23 @@ def test_write_empty_input_and_default_shards(spark, tmp_path):
     assert sorted(written) == sorted(str(i).encode() for i in range(100))
 
 
+def _in_windows(p, n):
+    from apache_beam.transforms import window
+
+    return (p | beam.Create(range(n)) | beam.Map(lambda i: window.TimestampedValue(i, i % 7))
+            | beam.WindowInto(window.SlidingWindows(4, 2)) | beam.Map(lambda i: f"e{i}"))
+
+
+def test_an_element_in_several_windows_is_written_once_per_window(spark, tmp_path):
+    # As Beam's WriteImpl, which puts every element into the global window first.
+    for runner, sub in (("DirectRunner", "d"), (SparkRunner(), "s")):
+        with beam.Pipeline(runner=runner) as p:
+            _ = _in_windows(p, 30) | beam.io.WriteToText(str(tmp_path / sub / "out"))
+    lines = {sub: sorted(line for lines in _shards(tmp_path / sub).values() for line in lines if line)
+             for sub in ("d", "s")}
+    assert lines["s"] == lines["d"] == sorted(f"e{i}".encode() for i in range(30) for _ in range(2))
+
+
 def test_unsupported_write_options_run_beams_write(spark, tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
         with beam.Pipeline(runner=SparkRunner()) as p:
