@@ -32,8 +32,9 @@ from apache_beam.transforms.core import Windowing
 from apache_beam.transforms.window import GlobalWindows
 
 import beam_ext
+from beam_ext.runner._element_batches import BATCH
 from beam_ext.runner._shuffle import Buckets, GroupReader, ShuffleWriter
-from beam_ext.runner.worker._direct import BATCH, decoded_batches
+from beam_ext.runner.worker._direct import decoded_batches
 
 PAIRS, KEYS, RUNS, PARTITIONS = 400_000, 200_000, 7, 2
 BUNDLE_BYTES = 1 << 20
