@@ -199,6 +199,25 @@ def test_side_inputs_of_every_kind_are_read_whole(tmp_path, caplog):
     assert sum("listed on the driver" in r.getMessage() for r in caplog.records) == 3
 
 
+def _weighted(word, table, scale=1, *, suffix):
+    return f"{word}:{table.get(word, 0) * scale}{suffix}"
+
+
+def _keyword_arguments(p):
+    table = p | "Table" >> beam.Create([("a", 2), ("b", 3)])
+    words = p | beam.Create(["a", "b", "c"])
+    return (words
+            # Keywords out of the parameters' order, one keyword-only: as Python binds them.
+            | "Keywords" >> beam.Map(_weighted, suffix="!", scale=10, table=beam.pvalue.AsDict(table))
+            | "Lambda" >> beam.Map(lambda s, n, *, sep: f"{s}{sep}{n}", 7, sep="/")
+            | "Partial" >> beam.Map(lambda s, d, scale=1: (s, scale * len(d)), scale=3, d=beam.pvalue.AsDict(table)))
+
+
+def test_keyword_arguments_and_side_inputs_bind_as_in_beam(tmp_path):
+    got = spark_equals_direct(_keyword_arguments, tmp_path)
+    assert sorted(got) == [["a:20!/7", 6], ["b:30!/7", 6], ["c:0!/7", 6]]
+
+
 class _CountingSum(beam.CombineFn):
     def __init__(self):
         self.added = Metrics.counter("combine", "added")
