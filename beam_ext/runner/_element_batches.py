@@ -53,13 +53,13 @@ class Same:
         return list(map(self.template.with_value, self.values))
 
 
-def batched(values: Iterable[Any]) -> Iterator[list]:
-    """``values`` in lists of at most :data:`BATCH`."""
+def batched(values: Iterable[Any], size: int = BATCH) -> Iterator[list]:
+    """``values`` in lists of at most ``size``."""
     batch: list = []
     append = batch.append
     for value in values:
         append(value)
-        if len(batch) == BATCH:
+        if len(batch) == size:
             yield batch
             batch = []
             append = batch.append

@@ -25,6 +25,7 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
 
 from beam_ext._key_hash import key_hash
+from beam_ext.runner._element_batches import batched
 from beam_ext.runner._group_spill import ExternalGrouping, Group, SpillStats
 
 _CHUNK_BYTES = 4 << 20
@@ -215,14 +216,7 @@ class GroupReader:
         with self._grouped(blobs, stats) as groups:
             if not self._trivial:
                 # A trigger's panes are objects already (its coders are the real ones).
-                batch: list = []
-                for pane in self._trigger_panes(groups):
-                    batch.append(pane)
-                    if len(batch) == batch_size:
-                        yield batch
-                        batch = []
-                if batch:
-                    yield batch
+                yield from batched(self._trigger_panes(groups), batch_size)
                 return
             with_value = _on_time_global_value().with_value
             decode_key = kv_coder.key_coder().get_impl().decode_nested

@@ -352,14 +352,14 @@ class BatchExecutor:
             batches = self._read(stage.inputs[0]).mapPartitions(functools.partial(
                 decoded_batches, chain.input_coder, stage.spec.bundle_bytes))
         self._chained.append(stage)
-        if not stage.outputs:  # the pipeline's last steps: run by the final job, their output dropped
-            self._hold(batches.mapPartitionsWithIndex(functools.partial(
-                _direct_task, chain, stage.spec.worker_setup, side_inputs, self._reports, stage.name, True)), 0)
-            return
-        [buffer_id] = stage.outputs
-        handing = chain.shuffle is None and self._objects_read(buffer_id)
+        # No output: the pipeline's last steps, run by the final job, their batches dropped.
+        buffer_id = stage.outputs[0] if stage.outputs else None
+        handing = buffer_id is None or chain.shuffle is None and self._objects_read(buffer_id)
         out = batches.mapPartitionsWithIndex(functools.partial(
             _direct_task, chain, stage.spec.worker_setup, side_inputs, self._reports, stage.name, handing))
+        if buffer_id is None:
+            self._hold(out, 0)
+            return
         if handing:
             self._values[buffer_id] = ElementBatches(out)
             return

@@ -76,12 +76,9 @@ def _remove(proto, transform_id: str) -> set[str]:
     produced: set[str] = set()
     stack = [transform_id]
     while stack:
-        removed = transforms[stack.pop()]
+        current = stack.pop()
+        removed = transforms[current]
         stack.extend(removed.subtransforms)
         produced.update(removed.outputs.values())
-    stack = [transform_id]
-    while stack:
-        current = stack.pop()
-        stack.extend(transforms[current].subtransforms)
         del transforms[current]
     return produced

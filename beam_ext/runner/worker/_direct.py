@@ -214,7 +214,8 @@ def _keywords_in_order(call: Callable, given: int, kwargs: dict) -> tuple | None
 
     Passed by position they bind to the same parameters, and a call skips
     the merge of keyword dicts that ``functools.partial`` makes every time
-    (a side input given as ``d=AsDict(...)``: a third of a one-line Map).
+    (a side input given as ``d=AsDict(...)``; ``benchmarks/runner_ab.py
+    side_mean`` times a pipeline that has one).
 
     >>> _keywords_in_order(lambda word, weights, default=0: None, 0, {"weights": {}, "default": 1})
     ({}, 1)
