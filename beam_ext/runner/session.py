@@ -65,6 +65,10 @@ def recommended_spark_conf() -> dict[str, str]:
     runs SparkRunner's tasks as fast only with these set::
 
         SparkSession.builder.config(map=recommended_spark_conf()).master("local[4]").getOrCreate()
+
+    They include a Python worker daemon that imports the runner's code once
+    before it forks the workers, so ``beam_ext`` must be importable by the
+    executors' Python at start (installed, not shipped with ``--py-files``).
     """
     conf = {}
     if hasattr(socket, "AF_UNIX") and os.name == "posix":
@@ -73,6 +77,9 @@ def recommended_spark_conf() -> dict[str, str]:
         # waits less for its worker: a trivial job with a shuffle takes less
         # than half the time (benchmarks/python_worker_socket.py).
         conf["spark.python.unix.domain.socket.enabled"] = "true"
+    # Workers forked by this daemon start with Beam and the runner's task
+    # code imported, instead of importing them on their first task.
+    conf["spark.python.daemon.module"] = "beam_ext.runner.worker._daemon"
     return conf
 
 

@@ -15,7 +15,8 @@ traverses only what later tasks made; one in ``THAW_EVERY`` thaws first, so
 frozen objects that died in cycles are freed too.
 
 Applied once per worker process, when SparkRunner's code is first imported
-in it; never in the driver, whose collector stays the user's.
+in it, or once in the daemon the workers fork from when it imports that code
+first (``_daemon``); never in the driver, whose collector stays the user's.
 """
 from __future__ import annotations
 
@@ -58,6 +59,23 @@ def tune_worker_gc() -> bool:
     gc.callbacks.append(_freeze_between_tasks)
     _tuned = True
     return True
+
+
+def tune_forked_workers_gc() -> None:
+    """Tunes the collector of the process Spark's Python workers fork from.
+
+    The worker daemon (``_daemon``) calls it once it has imported the
+    runner's code: each forked worker starts tuned, and what the imports made
+    is frozen, so no worker's collection writes to those shared pages.
+    """
+    global _tuned
+    first, *older = gc.get_threshold()
+    gc.set_threshold(max(first, WORKER_GC_THRESHOLD), *older)
+    if not _tuned:
+        gc.callbacks.append(_freeze_between_tasks)
+    _tuned = True
+    gc.collect()
+    gc.freeze()
 
 
 def _freeze_between_tasks(phase: str, info: dict) -> None:
