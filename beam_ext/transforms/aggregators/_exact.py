@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from beam_ext.transforms.aggregators import _exact_limbs
 from beam_ext.transforms.aggregators._columnar import Column, _none_where_empty, _prefix
 
 
@@ -157,8 +158,10 @@ def _divide(num: np.ndarray, den: Any) -> list:
 class _ExactPrefix:
     """Exact prefix sums of x and x^2 (nulls as 0) at a common binary scale.
 
-    Built once per column (``column.shared(_ExactPrefix)``) in O(n) integer
-    additions; each window then costs two subtractions and one division.
+    Built once per column (``column.shared(_ExactPrefix)``) in O(n); each
+    window then costs two subtractions and one division. Sums and means use
+    int64 limbs (:mod:`._exact_limbs`) when the values span few enough binary
+    orders of magnitude; otherwise, and for squares, Python integers.
     """
 
     def __init__(self, col: Column) -> None:
@@ -172,18 +175,46 @@ class _ExactPrefix:
         scale[m == 0] = np.iinfo(np.int64).min
         self.e = int(max(scale.max(initial=0), 0))
         shift = np.where(m == 0, 0, self.e - scale)
-        ints = m.astype(object) << shift.astype(object)
-        self._ints = ints
-        self.p1 = _prefix(ints, object)
+        self._m, self._shift = m, shift
+        # The limbs need no integer part: their scale is the finest value's,
+        # even for values that are all large.
+        self._limb_e = int(scale[m != 0].max()) if (m != 0).any() else 0
+        limb_shift = np.where(m == 0, 0, self._limb_e - scale)
+        limbs = _exact_limbs.limbs_needed(53, int(limb_shift.max(initial=0)))
+        self._limbs = (_exact_limbs.LimbPrefix(m, limb_shift, limbs)
+                       if limbs <= _exact_limbs.MAX_LIMBS and len(x) < _exact_limbs.MAX_ROWS else None)
+        self._ints: np.ndarray | None = None
+        self._p1: np.ndarray | None = None
         self._p2: np.ndarray | None = None
         self.pinf = _prefix(x == np.inf)
         self.ninf = _prefix(x == -np.inf)
 
     @property
+    def ints(self) -> np.ndarray:
+        """Each value times 2**E, as Python integers."""
+        if self._ints is None:
+            self._ints = self._m.astype(object) << self._shift.astype(object)
+        return self._ints
+
+    @property
+    def p1(self) -> np.ndarray:
+        if self._p1 is None:
+            self._p1 = _prefix(self.ints, object)
+        return self._p1
+
+    @property
     def p2(self) -> np.ndarray:
         if self._p2 is None:  # only variance and stddev need squares
-            self._p2 = _prefix(self._ints * self._ints, object)
+            self._p2 = _prefix(self.ints * self.ints, object)
         return self._p2
+
+    def _slow_quotients(self, lo: np.ndarray, hi: np.ndarray, divisors: np.ndarray) -> list:
+        """``sum / divisor`` of each window by Python integers, from the limbs' exact sums."""
+        sums = np.array(self._limbs.exact_sums(lo, hi), dtype=object)
+        divisors = divisors.astype(object)
+        if self._limb_e >= 0:
+            return _divide(sums, divisors << self._limb_e)
+        return _divide(sums << -self._limb_e, divisors)
 
     def _infinities(self, out: list, lo: np.ndarray, hi: np.ndarray, spread: bool) -> list:
         # As _ExactMoments: +-inf for sums of one sign, NaN for both signs or for a spread.
@@ -198,11 +229,22 @@ class _ExactPrefix:
 
     def totals(self, lo: np.ndarray, hi: np.ndarray) -> list:
         """The sum of each window (0.0 when empty), as ``_ExactMoments.total``."""
-        return self._infinities(_divide(self.p1[hi] - self.p1[lo], 1 << self.e), lo, hi, False)
+        if self._limbs is None:
+            out = _divide(self.p1[hi] - self.p1[lo], 1 << self.e)
+        else:
+            rounded, slow = _exact_limbs.rounded_sums(self._limbs.windows(lo, hi), -self._limb_e)
+            out = _with_slow_rows(rounded, slow, lambda: self._slow_quotients(
+                lo[slow], hi[slow], np.ones(int(slow.sum()), dtype=np.int64)))
+        return self._infinities(out, lo, hi, False)
 
     def means(self, lo: np.ndarray, hi: np.ndarray, cnt: np.ndarray) -> list:
         """The mean of each window of ``cnt`` values (None when empty)."""
-        out = _divide(self.p1[hi] - self.p1[lo], np.maximum(cnt.astype(object), 1) << self.e)
+        if self._limbs is None:
+            out = _divide(self.p1[hi] - self.p1[lo], np.maximum(cnt.astype(object), 1) << self.e)
+        else:
+            n = np.maximum(cnt, 1).astype(np.int64)
+            rounded, slow = _exact_limbs.rounded_quotients(self._limbs.windows(lo, hi), n, -self._limb_e)
+            out = _with_slow_rows(rounded, slow, lambda: self._slow_quotients(lo[slow], hi[slow], n[slow]))
         return _none_where_empty(self._infinities(out, lo, hi, False), cnt)
 
     def variances(self, lo: np.ndarray, hi: np.ndarray, cnt: np.ndarray) -> list:
@@ -213,3 +255,12 @@ class _ExactPrefix:
         nz = np.maximum(n, 1)
         out = _divide(n * s2 - s1 * s1, (nz * nz) << (2 * self.e))
         return _none_where_empty(self._infinities(out, lo, hi, True), cnt)
+
+
+def _with_slow_rows(rounded: np.ndarray, slow: np.ndarray, exact: Any) -> list:
+    """``rounded`` as a list, with the rows marked ``slow`` replaced by ``exact()``'s values."""
+    out = rounded.tolist()
+    if slow.any():
+        for i, value in zip(np.flatnonzero(slow).tolist(), exact()):
+            out[i] = value
+    return out
