@@ -185,3 +185,88 @@ def test_timestamped_outputs_keep_their_timestamps(spark, tmp_path, caplog):
         got = _timestamped_features(SparkRunner(), path, str(tmp_path / "spark" / "f"))
     assert caplog.text.count(DIRECT) == 2
     assert got == _timestamped_features("DirectRunner", path, str(tmp_path / "direct" / "f"))
+
+
+class _Priced(beam.DoFn):
+    """A DoFn that loads its table in ``setup``, as a model or a client is loaded:
+    each ``setup`` leaves a file named after its worker process and instance."""
+
+    def __init__(self, marks: str):
+        self._marks = marks
+
+    def setup(self):
+        import os
+        import uuid
+
+        self._prices = {w: len(w) * 10 for w in ("a", "bb", "ccc")}
+        open(os.path.join(self._marks, f"{os.getpid()}-{uuid.uuid4().hex}"), "w").close()
+
+    def process(self, word):
+        yield word, self._prices[word]
+
+    def teardown(self):
+        self._prices = None
+
+
+def _priced(p, path, marks, out):
+    _ = (p | beam.io.ReadFromText(path) | "Price" >> beam.ParDo(_Priced(marks))
+         | beam.MapTuple(lambda w, price: f"{w}={price}") | beam.io.WriteToText(out))
+
+
+def test_a_dofn_with_setup_runs_on_objects_set_up_once_per_worker(spark, tmp_path, caplog):
+    import os
+
+    path = _lines(tmp_path / "in.txt", ["a", "bb", "ccc"] * 400)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        # Twelve tasks on two cores: workers run several tasks each.
+        with beam.Pipeline(runner=SparkRunner(), options=beam.options.pipeline_options.PipelineOptions(
+                ["--spark_parallelism=12"])) as p:
+            _priced(p, path, str(marks), str(tmp_path / "spark"))
+    assert DIRECT in caplog.text
+    (tmp_path / "marks_direct").mkdir()
+    with beam.Pipeline(runner="DirectRunner") as p:
+        _priced(p, path, str(tmp_path / "marks_direct"), str(tmp_path / "direct"))
+    assert _read_lines(str(tmp_path / "spark")) == _read_lines(str(tmp_path / "direct"))
+    setups = os.listdir(marks)
+    workers = {name.split("-")[0] for name in setups}
+    # One instance per worker, kept between its tasks (twelve setups otherwise).
+    assert len(setups) == len(workers) < 12
+
+
+class _FailingSetup(beam.DoFn):
+    def setup(self):
+        raise ConnectionError("cannot reach the price service")
+
+    def process(self, x):
+        yield x
+
+
+def test_a_failing_setup_names_the_step(spark, tmp_path):
+    path = _lines(tmp_path / "in.txt", ["x"])
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = (p | beam.io.ReadFromText(path) | "Connect" >> beam.ParDo(_FailingSetup())
+                 | beam.io.WriteToText(str(tmp_path / "out")))
+    assert info.value.step == "Connect"
+    assert "cannot reach the price service" in str(info.value)
+
+
+class _Batching(beam.DoFn):
+    def start_bundle(self):
+        self._n = 0
+
+    def process(self, x):
+        self._n += 1
+        yield x
+
+
+def test_a_dofn_that_sees_bundles_keeps_the_bundle_processor(spark, tmp_path, caplog):
+    path = _lines(tmp_path / "in.txt", ["x", "y"])
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = (p | beam.io.ReadFromText(path) | beam.ParDo(_Batching())
+                 | beam.io.WriteToText(str(tmp_path / "out")))
+    assert DIRECT not in caplog.text
+    assert _read_lines(str(tmp_path / "out")) == ["x", "y"]

@@ -66,9 +66,8 @@ COMBINE_FNS = {
 def test_a_partial_combine_under_any_windowing_equals_beam(tmp_path_factory, caplog, events, windows, timestamps,
                                                           fn):
     def build(p):
-        # WindowInto keeps its stage on the bundle processor (it takes DoFn
-        # parameters); the grouping puts the combine in a stage of its own,
-        # its elements in their windows with the timestamps the grouping gave.
+        # The grouping puts the combine in a stage of its own, its elements
+        # in their windows with the timestamps the grouping gave.
         return (_timestamped(p, events)
                 | beam.WindowInto(WINDOWS[windows], timestamp_combiner=COMBINERS[timestamps])
                 | beam.GroupByKey()
@@ -106,9 +105,9 @@ def test_a_combine_after_its_grouping_equals_beam(tmp_path_factory, caplog, even
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
         spark_equals_direct(build, tmp_path_factory.mktemp("combine"))
-    # Beam's CombineValues is a ParDo of a DoFn with setup: the bundle processor's.
+    # Lifted or not (Beam's CombineValues is a ParDo of a DoFn with setup), on objects.
     assert any(OBJECTS in r.getMessage() and "Combine" in r.getMessage() and "Rekey" in r.getMessage()
-               for r in caplog.records) == lifted
+               for r in caplog.records)
 
 
 def test_the_object_path_is_taken_for_a_combine_and_a_grouping(tmp_path, caplog):
@@ -448,3 +447,43 @@ def test_groups_taken_as_objects_equal_beams(tmp_path_factory, caplog, kvs, spil
                             ["--spark_group_memory=1024"] if spill else None)
     taken = [r.getMessage() for r in caplog.records if GROUPED in r.getMessage()]
     assert any("GlobalSizes" in m for m in taken) and any("FixedSizes" in m for m in taken)
+
+
+class _AllParams(beam.DoFn):
+    """Every DoFn parameter a stage on objects gives, with an extra argument after them."""
+
+    def process(self, element, t=beam.DoFn.TimestampParam, w=beam.DoFn.WindowParam,
+                pane=beam.DoFn.PaneInfoParam, wv=beam.DoFn.WindowedValueParam, suffix="?"):
+        yield [element, float(t), repr(w), pane.is_first, pane.timing, len(wv.windows), suffix]
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(st.tuples(st.sampled_from("abc"), st.integers(-5, 20), st.integers(0, 30)),
+                       max_size=40),
+       windows=st.sampled_from(sorted(WINDOWS)))
+def test_dofn_parameters_and_window_into_run_on_objects_as_beam(tmp_path_factory, caplog, events, windows):
+    def build(p):
+        # WindowInto (a DoFn of the timestamp and window) and a DoFn of every
+        # parameter, once per window of an element in several, as Beam calls it.
+        return (_timestamped(p, events)
+                | "Window" >> beam.WindowInto(WINDOWS[windows])
+                | "Params" >> beam.ParDo(_AllParams(), suffix="!")
+                | "Stamp again" >> beam.Map(lambda row, t=beam.DoFn.TimestampParam: row + [float(t)]))
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        spark_equals_direct(build, tmp_path_factory.mktemp("params"))
+    assert any(OBJECTS in r.getMessage() and "Window" in r.getMessage() and "Params" in r.getMessage()
+               for r in caplog.records)
+
+
+class _KeyOf(beam.DoFn):
+    def process(self, kv, key=beam.DoFn.KeyParam):
+        yield key
+
+
+def test_a_dofn_of_other_parameters_keeps_the_bundle_processor(tmp_path, caplog):
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        out = spark_equals_direct(lambda p: (p | beam.Create([("a", 1), ("b", 2)]) | beam.Reshuffle()
+                                             | "Keys" >> beam.ParDo(_KeyOf())), tmp_path)
+    assert sorted(out) == ["a", "b"]
+    assert not any(OBJECTS in r.getMessage() and "Keys" in r.getMessage() for r in caplog.records)

@@ -57,6 +57,28 @@ def _on_time_global_value() -> windowed_value.WindowedValue:
 _HEADER_CODER = coders.WindowedValueCoder(coders.BytesCoder(), coders.coders.GlobalWindowCoder())
 
 
+def as_decoded(panes: Iterable[windowed_value.WindowedValue]) -> Iterator[windowed_value.WindowedValue]:
+    """``panes`` as a reader of their encoding gets them: Beam's coder keeps a
+    timestamp's whole milliseconds (an end of window, 4.999999 s, reads 4.999).
+
+    >>> from apache_beam.utils.timestamp import Timestamp
+    >>> [float(wv.timestamp) for wv in as_decoded([GlobalWindows.windowed_value(1, Timestamp(4.999999))])]
+    [4.999]
+    """
+    impl = _HEADER_CODER.get_impl()
+    decoded: dict[int, Any] = {}  # panes share timestamps: each is round-tripped once
+    for wv in panes:
+        micros = wv.timestamp.micros
+        timestamp = decoded.get(micros)
+        if timestamp is None:
+            if len(decoded) >= 4096:
+                decoded.clear()
+            timestamp = decoded[micros] = impl.decode_nested(
+                impl.encode_nested(GlobalWindows.windowed_value(b"", timestamp=wv.timestamp))).timestamp
+        yield wv if timestamp.micros == micros else windowed_value.WindowedValue(
+            wv.value, timestamp, wv.windows, wv.pane_info)
+
+
 class ShuffleWriter:
     """Splits encoded windowed KVs into ``(key bytes, payload)`` pairs."""
 
@@ -216,7 +238,7 @@ class GroupReader:
         with self._grouped(blobs, stats) as groups:
             if not self._trivial:
                 # A trigger's panes are objects already (its coders are the real ones).
-                yield from batched(self._trigger_panes(groups), batch_size)
+                yield from batched(as_decoded(self._trigger_panes(groups)), batch_size)
                 return
             with_value = _on_time_global_value().with_value
             decode_key = kv_coder.key_coder().get_impl().decode_nested

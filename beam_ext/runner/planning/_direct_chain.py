@@ -5,10 +5,13 @@ A stage qualifies when, between its one data input and its one data output
 
 - ParDos of a ``DoFn`` that takes only the element (and extra arguments):
   ``Map``, ``FlatMap``, ``Filter``, ``MapTuple``, Beam's own key-with-``None``
-  step of ``CombineGlobally``, or a ``DoFn`` subclass that overrides none of
-  ``setup``, ``start_bundle``, ``finish_bundle``, ``teardown``; no state,
+  step of ``CombineGlobally``, or a ``DoFn`` subclass that overrides
+  neither ``start_bundle`` nor ``finish_bundle`` (``setup`` and
+  ``teardown`` run once per instance, kept between tasks); no state,
   timers, splitting, batches, bundle finalization, ``DoFn.*Param``
-  arguments or tagged outputs;
+  arguments other than ``TimestampParam``, ``WindowParam``,
+  ``PaneInfoParam`` and ``WindowedValueParam`` (``WindowInto`` takes the
+  first two), setup or bundle contexts, or tagged outputs;
 - side inputs of such a step read as a whole (``AsDict``, ``AsList``,
   ``AsIter``, ``AsSingleton``), where both the step's input and the side
   input are in the global window;
@@ -31,13 +34,21 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.transforms.window import GlobalWindows
 
 from beam_ext.runner._shuffle import ShuffleWriter
-from beam_ext.runner.worker._direct import DirectChain, DirectCombine, DirectCombinePhase, DirectSideInput, DirectStep
+from beam_ext.runner.worker._direct import (
+    AssignWindows,
+    DirectChain,
+    DirectCombine,
+    DirectCombinePhase,
+    DirectSideInput,
+    DirectStep,
+)
 
+_BUNDLE_METHODS = ("start_bundle", "finish_bundle")
 _PRECOMBINE = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
+_ASSIGN_WINDOWS = common_urns.primitives.ASSIGN_WINDOWS.urn
 # A combine's steps after its GroupByKey, by Beam's name of their phase.
 _PHASES = {common_urns.combine_components.COMBINE_PER_KEY_MERGE_ACCUMULATORS.urn: "merge",
            common_urns.combine_components.COMBINE_PER_KEY_EXTRACT_OUTPUTS.urn: "extract"}
-_LIFECYCLE = ("setup", "start_bundle", "finish_bundle", "teardown")
 
 
 def simple_dofn(payload: bytes) -> str | None:
@@ -52,13 +63,20 @@ def simple_dofn(payload: bytes) -> str | None:
         return f"its DoFn does not unpickle on the driver ({exc})"
     if not isinstance(dofn, core.DoFn):
         return f"{type(dofn).__name__} is not a DoFn"
-    overridden = [m for m in _LIFECYCLE if getattr(type(dofn), m) is not getattr(core.DoFn, m)]
-    if overridden:
-        return f"{type(dofn).__name__} defines {', '.join(overridden)}"
+    # Bundles are the bundle processor's (cut by --spark_bundle_size): a DoFn
+    # that sees them keeps its path. setup and teardown see only the instance.
+    bundle_methods = [m for m in _BUNDLE_METHODS if getattr(type(dofn), m) is not getattr(core.DoFn, m)]
+    if bundle_methods:
+        return f"{type(dofn).__name__} defines {', '.join(bundle_methods)}"
     signature = DoFnSignature(dofn)
-    if any(isinstance(d, (core._DoFnParam, userstate.StateSpec, userstate.TimerSpec))
+    if any(True for _ in signature.get_setup_contexts()) or any(True for _ in signature.get_bundle_contexts()):
+        return "it takes setup or bundle contexts"
+    given = (core.DoFn.ElementParam, core.DoFn.TimestampParam, core.DoFn.WindowParam, core.DoFn.PaneInfoParam,
+             core.DoFn.WindowedValueParam, core.DoFn.SideInputParam)
+    if any(isinstance(d, (userstate.StateSpec, userstate.TimerSpec))
+           or (isinstance(d, core._DoFnParam) and not any(d == g for g in given))
            for d in signature.process_method.defaults):
-        return "it takes DoFn parameters"
+        return "it takes DoFn parameters other than the element's timestamp, window and pane"
     if signature.is_stateful_dofn() or signature.is_splittable_dofn():
         return "it is stateful or splittable"
     if dofn._process_batch_defined or dofn._process_yields_batches or not dofn._process_defined:
@@ -81,6 +99,7 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
     view), over ``partitions``. ``output_coder`` None: the stage has no
     output, its line ends the pipeline.
     """
+    from apache_beam.internal import pickler
     from apache_beam.transforms import core, sideinputs
     from apache_beam.utils import proto_utils
 
@@ -100,7 +119,7 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
         elif urn == common_urns.primitives.FLATTEN.urn:
             if len(transform.inputs) != 1:
                 return None
-        elif urn not in (common_urns.primitives.PAR_DO.urn, _PRECOMBINE) and urn not in _PHASES:
+        elif urn not in (common_urns.primitives.PAR_DO.urn, _ASSIGN_WINDOWS, _PRECOMBINE) and urn not in _PHASES:
             return None
         main = [pcoll for tag, pcoll in transform.inputs.items() if not _is_side_tag(transform, tag)]
         if len(main) != 1 or main[0] in by_input:
@@ -135,6 +154,11 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
         if transform.spec.urn in _PHASES:
             payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.CombinePayload)
             steps.append(DirectCombinePhase(transform.unique_name, combine_fn(payload), _PHASES[transform.spec.urn]))
+        elif transform.spec.urn == _ASSIGN_WINDOWS:
+            # A WindowInto: its windows are its output's windowing strategy's.
+            [out] = transform.outputs.values()
+            assign = pickler.dumps((AssignWindows(windowing_of(out).windowfn), (), {}, None, None))
+            steps.append(DirectStep(transform.unique_name, assign, windowing.windowfn))
         elif transform.spec.urn == _PRECOMBINE:
             if shuffle is None:
                 return None

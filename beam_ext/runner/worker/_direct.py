@@ -41,11 +41,12 @@ from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from apache_beam.portability.api import beam_fn_api_pb2
-from apache_beam.transforms import combiners
+from apache_beam.transforms import combiners, core
 
 from beam_ext.errors import BeamExtError
 from beam_ext.runner._element_batches import BATCH, Same, as_batch, windowed
 from beam_ext.runner._shuffle import Buckets, ShuffleWriter
+from beam_ext.runner.worker import _dofn_pool
 from beam_ext.runner.worker._setup import WorkerSetup
 
 
@@ -57,6 +58,23 @@ class DirectSideInput:
     index: int
     view_fn: bytes
     coder: Any
+
+
+class AssignWindows(core.DoFn):
+    """A ``WindowInto``'s step (``beam:transform:window_into:v1``), as Beam's
+    bundle processor runs it: each element, per window it is in, gets the
+    windows the window function assigns it, its timestamp kept."""
+
+    def __init__(self, windowfn: Any) -> None:
+        self.windowfn = windowfn
+
+    def process(self, element: Any, timestamp: Any = core.DoFn.TimestampParam,
+                window: Any = core.DoFn.WindowParam) -> Iterator[Any]:
+        from apache_beam.transforms.window import WindowFn
+        from apache_beam.utils.windowed_value import WindowedValue
+
+        new_windows = self.windowfn.assign(WindowFn.AssignContext(timestamp, element=element, window=window))
+        yield WindowedValue(element, timestamp, new_windows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,7 +265,7 @@ def _checks_output(dofn: Any) -> bool:
 
 
 def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, tracker: _Tracker,
-              state: _State, batches: Iterator[Same | list]) -> Iterator[Same | list]:
+              state: _State, batches: Iterator[Same | list], needs_setup: bool = False) -> Iterator[Same | list]:
     from apache_beam.pvalue import TaggedOutput
     from apache_beam.transforms.window import TimestampedValue, WindowFn
     from apache_beam.utils.windowed_value import WindowedValue
@@ -282,7 +300,17 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                 plain_types.add(kind)
         return Same(template, results)
 
+    if needs_setup:
+        tracker.enter(state)
+        try:
+            dofn.setup()  # once per instance: the pool keeps it for later tasks
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+            raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
     check = _checks_output(dofn)
+    with_params = _param_invoker(dofn, args, kwargs)
+    if with_params is not None:
+        yield from _run_with_params(name, with_params, check, output, outputs, special, tracker, state, batches)
+        return
     fn = _map_fn(dofn)
     call = dofn.process if fn is None else fn
     if kwargs:
@@ -336,6 +364,115 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                     tracker.enter(state)
             if out:
                 yield outputs(template, out)
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+            raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
+
+
+def _param_invoker(dofn: Any, args: tuple, kwargs: dict) -> tuple[Callable, bool] | None:
+    """For a ``process`` taking ``DoFn.TimestampParam``, ``WindowParam``,
+    ``PaneInfoParam`` or ``WindowedValueParam``: ``(call(value, windowed), observes
+    window)``, its arguments bound as Beam's ``PerWindowInvoker`` binds them
+    (``windowed`` gives the timestamp, window and pane). None for other DoFns."""
+    from apache_beam.runners.common import DoFnSignature, _get_arg_placeholders
+    from apache_beam.transforms import core
+
+    method = DoFnSignature(dofn).process_method
+    if not any(isinstance(d, core._DoFnParam) and d != core.DoFn.ElementParam for d in method.defaults):
+        return None
+    placeholders, bound, keywords = _get_arg_placeholders(method, list(args), dict(kwargs))
+    process = method.method_value
+    observes_window = any(p == core.DoFn.WindowParam for _, p in placeholders)
+    fill = []
+    for i, p in placeholders:
+        if p == core.DoFn.ElementParam:
+            fill.append((i, lambda value, wv: value))
+        elif p == core.DoFn.TimestampParam:
+            fill.append((i, lambda value, wv: wv.timestamp))
+        elif p == core.DoFn.WindowParam:
+            fill.append((i, lambda value, wv: wv.windows[0]))
+        elif p == core.DoFn.PaneInfoParam:
+            fill.append((i, lambda value, wv: wv.pane_info))
+        elif p == core.DoFn.WindowedValueParam:
+            fill.append((i, lambda value, wv: wv.with_value(value)))
+        else:  # the planner admits no other parameter
+            raise ValueError(f"{type(dofn).__name__}.process takes {p}, which stages on objects do not give")
+
+    def call(value: Any, wv: Any) -> Any:
+        arguments = list(bound)
+        for i, get in fill:
+            arguments[i] = get(value, wv)
+        return process(*arguments, **keywords)
+
+    return call, observes_window
+
+
+def _per_window(batch: Same | list, observes_window: bool) -> Iterator[tuple[Any, list]]:
+    """``(windowing, values)`` runs of ``batch``: one per window of each element
+    when the DoFn observes its window, as Beam calls such a DoFn once per window."""
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    if type(batch) is Same:
+        template = batch.template
+        if observes_window and len(template.windows) > 1:
+            for w in template.windows:
+                yield WindowedValue(None, template.timestamp, (w,), template.pane_info), batch.values
+        else:
+            yield template, batch.values
+        return
+    for wv in batch:
+        if observes_window and len(wv.windows) > 1:
+            for w in wv.windows:
+                yield WindowedValue(wv.value, wv.timestamp, (w,), wv.pane_info), [wv.value]
+        else:
+            yield wv, [wv.value]
+
+
+def _run_with_params(name: str, invoker: tuple[Callable, bool], check: bool, output: Callable, outputs: Callable,
+                     special: tuple, tracker: _Tracker, state: _State,
+                     batches: Iterator[Same | list]) -> Iterator[Same | list]:
+    """A step whose ``process`` takes DoFn parameters (``WindowInto`` among them),
+    run as Beam runs it: the parameters filled per element, per window where it
+    observes its window."""
+    call, observes_window = invoker
+    for batch in batches:
+        tracker.enter(state)
+        try:
+            if type(batch) is Same:
+                for template, values in _per_window(batch, observes_window):
+                    out: list = []
+                    for value in values:
+                        results = call(value, template)
+                        if check:
+                            _check_result(results)
+                            check = False
+                        if results is None:
+                            continue
+                        # A fan-out is passed on a batch at a time, as in _run_step.
+                        rest = iter(results)
+                        while True:
+                            out += islice(rest, BATCH - len(out))
+                            if len(out) < BATCH:
+                                break
+                            yield outputs(template, out)
+                            out = []
+                            tracker.enter(state)
+                    if out:
+                        yield outputs(template, out)
+                continue
+            elements: list = []
+            for wv, [value] in _per_window(batch, observes_window):
+                results = call(value, wv)
+                if check:
+                    _check_result(results)
+                    check = False
+                if results is not None:
+                    elements += [output(wv, r) if isinstance(r, special) else wv.with_value(r) for r in results]
+                if len(elements) >= BATCH:
+                    yield elements
+                    elements = []
+                    tracker.enter(state)
+            if elements:
+                yield elements
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
 
@@ -682,7 +819,6 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
     GroupByKey. ``side_inputs``: the encoded chunks of the stage's side
     inputs, by index. Appends the task's serialized monitoring infos (user
     metrics per step) to ``report`` at the end."""
-    from apache_beam.internal import pickler
     from apache_beam.internal.util import insert_values_in_args
     from apache_beam.metrics.execution import MetricsContainer
     from apache_beam.runners.worker import statesampler
@@ -693,8 +829,18 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
     containers = []
     batches = map(as_batch, batches)
     previous = statesampler.get_current_tracker()
-    steps = [(step, None if isinstance(step, DirectCombinePhase) else pickler.loads(step.payload))
-             for step in chain.steps]
+    acquired: list[tuple[bytes, tuple]] = []
+    fresh: set[int] = set()
+    steps = []
+    for step in chain.steps:
+        if isinstance(step, DirectCombinePhase):
+            steps.append((step, None))
+            continue
+        info, new = _dofn_pool.acquire(step.payload)
+        acquired.append((step.payload, info))
+        if new:
+            fresh.add(id(info))
+        steps.append((step, info))
     # CombineGlobally's key-with-None step, folded into its partial combine
     # (the values need no key to be grouped by); it has no metrics of its own.
     unkeyed = bool(chain.precombine is not None and chain.precombine.windowing.is_default() and steps
@@ -714,7 +860,7 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
             container = MetricsContainer(step.name)
             containers.append((step.name, container))
             batches = _run_step(step.name, dofn, tuple(args), dict(kwargs), step.window_fn, tracker,
-                                _State(container), batches)
+                                _State(container), batches, needs_setup=id(info) in fresh)
         if chain.precombine is not None:
             container = MetricsContainer(chain.precombine.name)
             containers.append((chain.precombine.name, container))
@@ -726,8 +872,13 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
         else:
             for batch in batches:
                 yield from windowed(batch)
+        for payload, info in acquired:
+            _dofn_pool.release(payload, info)
+        acquired = []
     finally:
         statesampler.set_current_tracker(previous)
+        for _, info in acquired:  # the task failed or was abandoned: Beam drops such instances
+            _dofn_pool.discard(info)
     infos = [info for name, container in containers
              for info in container.to_runner_api_monitoring_infos(name).values()]
     report.append(beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=infos).SerializeToString())
