@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     spark = (SparkSession.builder.master("local[2]").appName("driver-profile").config(map=session_conf())
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    label, build, _ = case(args.pipeline, args.elements, _Texts(tempfile.mkdtemp(prefix="driver_profile_")),
-                           spark.sparkContext)
+    texts = tempfile.TemporaryDirectory(prefix="driver_profile_")
+    label, build, _ = case(args.pipeline, args.elements, _Texts(texts.name), spark.sparkContext)
     timings = {}
 
     def run() -> None:
@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         seconds = by_function.get(where, 0.0)
         print(f"| {what} | {seconds:.2f} | {100 * seconds / timings['all']:.0f}% |")
     spark.stop()
+    texts.cleanup()
 
 
 if __name__ == "__main__":

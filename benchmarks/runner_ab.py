@@ -24,12 +24,14 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+from apache_beam.transforms import window  # noqa: E402
 from runner_throughput import beam_combine, beam_gbk, beam_side_join, beam_side_mean, beam_wordcount, make_text  # noqa: E402
 from sliding import DAY, MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
 from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
 
-CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "cogbk", "side_join", "sliding_1min", "sliding_1day", "streaming")
+CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "cogbk", "side_join", "dofn_setup", "windowed",
+         "sliding_1min", "sliding_1day", "streaming")
 STREAMING = {"streaming"}
 
 
@@ -41,6 +43,34 @@ def _cogbk(p, n: int, keys: int):
     names = p | "Names" >> beam.Create([(k, str(k)) for k in range(keys)])
     return ({"numbers": numbers, "names": names} | beam.CoGroupByKey()
             | beam.MapTuple(lambda k, g: (g["names"][0], len(g["numbers"]))) | beam.combiners.Count.Globally())
+
+
+class _Rates(beam.DoFn):
+    """A DoFn as Dataflow pipelines write them: a table loaded once in ``setup``."""
+
+    def setup(self):
+        self._rates = {c: 1 + c / 100 for c in range(1_000)}
+
+    def process(self, x):
+        yield x % 1_000, x * self._rates[x % 1_000]
+
+
+def _dofn_setup(p, n: int):
+    """``n`` numbers through a ``DoFn`` with ``setup``, summed per key (1,000 keys)."""
+    per = n // 8
+    return (p | "Shards" >> beam.Create(range(8)) | beam.Reshuffle()
+            | beam.FlatMap(lambda s: range(s * per, (s + 1) * per))
+            | beam.ParDo(_Rates()) | beam.CombinePerKey(sum) | beam.combiners.Count.Globally())
+
+
+def _windowed(p, n: int):
+    """``n`` timestamped numbers summed per key (1,000 keys) in one-minute fixed windows."""
+    per = n // 8
+    return (p | "Shards" >> beam.Create(range(8)) | beam.Reshuffle()
+            | beam.FlatMap(lambda s: (window.TimestampedValue((i % 1_000, i), i % 86_400)
+                                      for i in range(s * per, (s + 1) * per)))
+            | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
+            | beam.combiners.Count.Globally())
 
 
 def _builders(tmp: str, words: int, events: int) -> dict:
@@ -56,6 +86,8 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "gbk": lambda p: beam_gbk(p, words, words // 2),
             "cogbk": lambda p: _cogbk(p, words, 1_000),
             "side_join": lambda p: beam_side_join(p, words, 10_000),
+            "dofn_setup": lambda p: _dofn_setup(p, words),
+            "windowed": lambda p: _windowed(p, words),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
             "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
             # 10 micro-batches with an element, 10 more moving the watermark
@@ -78,17 +110,18 @@ def main() -> None:
              .config("spark.driver.memory", "3g").getOrCreate())
     spark.sparkContext.setLogLevel("FATAL")
     print(f"beam_ext from {os.path.dirname(beam_ext.__file__)}", flush=True)
-    builders = _builders(tempfile.mkdtemp(prefix="runner_ab_"), args.words, args.events)
-    for name in args.cases:
-        times = []
-        for _ in range(args.runs):
-            start = time.perf_counter()
-            options = PipelineOptions(["--streaming"] if name in STREAMING else [])
-            with beam.Pipeline(runner=SparkRunner(), options=options) as p:
-                builders[name](p)
-            times.append(time.perf_counter() - start)
-        print(f"{name}: median {statistics.median(times[1:]):.2f} s of {[round(t, 2) for t in times[1:]]}",
-              flush=True)
+    with tempfile.TemporaryDirectory(prefix="runner_ab_") as tmp:
+        builders = _builders(tmp, args.words, args.events)
+        for name in args.cases:
+            times = []
+            for _ in range(args.runs):
+                start = time.perf_counter()
+                options = PipelineOptions(["--streaming"] if name in STREAMING else [])
+                with beam.Pipeline(runner=SparkRunner(), options=options) as p:
+                    builders[name](p)
+                times.append(time.perf_counter() - start)
+            print(f"{name}: median {statistics.median(times[1:]):.2f} s of {[round(t, 2) for t in times[1:]]}",
+                  flush=True)
     spark.stop()
 
 
