@@ -70,7 +70,7 @@ def _windowed(p, n: int):
             | beam.FlatMap(lambda s: (window.TimestampedValue((i % 1_000, i), i % 86_400)
                                       for i in range(s * per, (s + 1) * per)))
             | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
-            | beam.combiners.Count.Globally())
+            | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
 
 
 def _builders(tmp: str, words: int, events: int) -> dict:

@@ -20,11 +20,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 from apache_beam import coders
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
-from apache_beam.transforms import trigger
 from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
 
 from beam_ext._key_hash import key_hash
+from beam_ext.runner._batch_panes import pane_driver
 from beam_ext.runner._element_batches import batched
 from beam_ext.runner._group_spill import ExternalGrouping, Group, SpillStats
 
@@ -287,7 +287,7 @@ class GroupReader:
 
     def _trigger_panes(self, groups: Iterable[Group]) -> Iterator[Any]:
         """Beam's trigger driver over each key's values: its panes."""
-        driver = trigger.create_trigger_driver(self._windowing, True)
+        driver = pane_driver(self._windowing)
         key_impl = self._pre.wrapped_value_coder.key_coder().get_impl()
         decode = self._pre.get_impl().decode_from_stream
         for encoded_key, _, pieces in groups:

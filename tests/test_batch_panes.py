@@ -1,0 +1,73 @@
+"""A batch GroupByKey's panes under the default trigger: the fast driver against Beam's own.
+
+Oracle: Beam's ``GeneralTriggerDriver`` (what ``create_trigger_driver(windowing,
+is_batch=True)`` gives these windowings) on the same key and values: the
+same panes, with the same windows, values in the same order, timestamps and
+pane infos.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.transforms import trigger, window
+from apache_beam.transforms.core import Windowing
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from pipeline_outputs import spark_equals_direct
+
+from beam_ext.runner._batch_panes import OnTimePanes, pane_driver
+
+WINDOW_FNS = {
+    "fixed": window.FixedWindows(5),
+    "fixed_offset": window.FixedWindows(7, offset=3),
+    "sliding": window.SlidingWindows(6, 2),
+    "global": window.GlobalWindows(),
+}
+COMBINERS = [window.TimestampCombiner.OUTPUT_AT_EOW, window.TimestampCombiner.OUTPUT_AT_EARLIEST,
+             window.TimestampCombiner.OUTPUT_AT_LATEST]
+
+
+def _panes(driver, key, values) -> list:
+    return sorted(((repr(wv.windows), wv.value, wv.timestamp.micros, repr(wv.pane_info))
+                   for wv in driver.process_entire_key(key, values)), key=repr)
+
+
+@settings(max_examples=200, deadline=None)
+@given(windows=st.sampled_from(sorted(WINDOW_FNS)), combiner=st.sampled_from(COMBINERS),
+       events=st.lists(st.tuples(st.integers(-20, 40), st.integers(-10_000_000, 60_000_000)), max_size=30))
+def test_panes_equal_beams_general_driver(windows, combiner, events):
+    windowing = Windowing(WINDOW_FNS[windows], timestamp_combiner=combiner)
+    assume(not windowing.is_default())  # Beam's pass-through driver, kept
+    fn = windowing.windowfn
+    values = []
+    for value, micros in events:
+        ts = Timestamp(micros=micros)
+        values.append(WindowedValue(value, ts, tuple(fn.assign(window.WindowFn.AssignContext(ts, value)))))
+    assert isinstance(pane_driver(windowing), OnTimePanes)
+    beams = trigger.GeneralTriggerDriver(windowing, None)
+    assert _panes(pane_driver(windowing), "k", values) == _panes(beams, "k", values)
+
+
+@pytest.mark.parametrize("windowing", [
+    Windowing(window.GlobalWindows()),                                    # Beam's pass-through
+    Windowing(window.Sessions(10)),                                       # merging
+    Windowing(window.FixedWindows(5), triggerfn=trigger.AfterCount(2),  # another trigger
+              accumulation_mode=trigger.AccumulationMode.DISCARDING),
+], ids=["default", "sessions", "after_count"])
+def test_other_windowings_keep_beams_driver(windowing):
+    assert not isinstance(pane_driver(windowing), OnTimePanes)
+
+
+def test_a_windowed_aggregation_equals_direct_runner(spark, tmp_path):
+    def build(p):
+        return (p | beam.Create([(k, i) for i in range(400) for k in "abc"])
+                | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] * 7 % 600))
+                | beam.WindowInto(window.SlidingWindows(60, 20),
+                                  timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST)
+                | beam.CombinePerKey(sum)
+                | beam.Map(lambda kv, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam:
+                           (kv, repr(w), float(t))))
+    out = spark_equals_direct(build, tmp_path)
+    assert len(out) == 3 * 32  # 600 s of 60-s windows every 20 s: 32 windows per key
