@@ -347,17 +347,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                 if type(results) in (list, tuple) and len(results) <= BATCH:
                     out += results
                 else:
-                    # A step's fan-out is passed on a batch at a time, never
-                    # held whole (memory bounded); a generator's body runs
-                    # here, under this step's state, as it is read.
-                    rest = iter(results)
-                    while True:
-                        out += islice(rest, BATCH - len(out))
-                        if len(out) < BATCH:
-                            break
-                        yield outputs(template, out)
-                        out = []
-                        tracker.enter(state)
+                    out = yield from _fan_out(out, results, template, outputs, tracker, state)
                 if len(out) >= BATCH:
                     yield outputs(template, out)
                     out = []
@@ -368,13 +358,30 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
 
 
+def _fan_out(out: list, results: Iterable, template: Any, outputs: Callable, tracker: _Tracker,
+             state: _State) -> Iterator[Same | list]:
+    """Adds a step's ``results`` for one element to ``out``; yields each batch
+    they fill and returns what is left.
+
+    A fan-out is passed on a batch at a time, never held whole (memory
+    bounded); a generator's body runs here, under the step's state, as it is read.
+    """
+    rest = iter(results)
+    while True:
+        out += islice(rest, BATCH - len(out))
+        if len(out) < BATCH:
+            return out
+        yield outputs(template, out)
+        out = []
+        tracker.enter(state)
+
+
 def _param_invoker(dofn: Any, args: tuple, kwargs: dict) -> tuple[Callable, bool] | None:
     """For a ``process`` taking ``DoFn.TimestampParam``, ``WindowParam``,
     ``PaneInfoParam`` or ``WindowedValueParam``: ``(call(value, windowed), observes
     window)``, its arguments bound as Beam's ``PerWindowInvoker`` binds them
     (``windowed`` gives the timestamp, window and pane). None for other DoFns."""
     from apache_beam.runners.common import DoFnSignature, _get_arg_placeholders
-    from apache_beam.transforms import core
 
     method = DoFnSignature(dofn).process_method
     if not any(isinstance(d, core._DoFnParam) and d != core.DoFn.ElementParam for d in method.defaults):
@@ -445,17 +452,8 @@ def _run_with_params(name: str, invoker: tuple[Callable, bool], check: bool, out
                         if check:
                             _check_result(results)
                             check = False
-                        if results is None:
-                            continue
-                        # A fan-out is passed on a batch at a time, as in _run_step.
-                        rest = iter(results)
-                        while True:
-                            out += islice(rest, BATCH - len(out))
-                            if len(out) < BATCH:
-                                break
-                            yield outputs(template, out)
-                            out = []
-                            tracker.enter(state)
+                        if results is not None:
+                            out = yield from _fan_out(out, results, template, outputs, tracker, state)
                     if out:
                         yield outputs(template, out)
                 continue
