@@ -4,10 +4,10 @@ In batch Beam groups a key's values with a trigger driver: the global
 window under the default windowing takes a pass-through driver, every other
 windowing Beam's ``GeneralTriggerDriver``, which keeps per-window state and
 timers and fires them one by one. For fixed or sliding windows under the
-default trigger (the common windowed aggregation) that costs 100 to 200 us
-per value and grows with the number of windows a key has
-(``benchmarks/batch_panes.py``), so a key spread over a day of one-minute
-windows takes minutes.
+default trigger (the common windowed aggregation) that costs tens to
+hundreds of microseconds per value, growing with the number of windows a key
+has (``benchmarks/batch_panes.py`` times it), so a key spread over a day of
+one-minute windows takes minutes.
 
 All of a batch's input is there before the watermark moves, so under the
 default trigger each window of a key fires exactly once, on time, with every
