@@ -24,8 +24,15 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-from apache_beam.transforms import window  # noqa: E402
-from runner_throughput import beam_combine, beam_gbk, beam_side_join, beam_side_mean, beam_wordcount, make_text  # noqa: E402
+from runner_throughput import (  # noqa: E402
+    beam_combine,
+    beam_gbk,
+    beam_side_join,
+    beam_side_mean,
+    beam_windowed,
+    beam_wordcount,
+    make_text,
+)
 from sliding import DAY, MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
 from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
@@ -63,16 +70,6 @@ def _dofn_setup(p, n: int):
             | beam.ParDo(_Rates()) | beam.CombinePerKey(sum) | beam.combiners.Count.Globally())
 
 
-def _windowed(p, n: int):
-    """``n`` timestamped numbers summed per key (1,000 keys) in one-minute fixed windows."""
-    per = n // 8
-    return (p | "Shards" >> beam.Create(range(8)) | beam.Reshuffle()
-            | beam.FlatMap(lambda s: (window.TimestampedValue((i % 1_000, i), i % 86_400)
-                                      for i in range(s * per, (s + 1) * per)))
-            | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
-            | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
-
-
 def _builders(tmp: str, words: int, events: int) -> dict:
     text = os.path.join(tmp, "words.txt")
     make_text(text, words)
@@ -87,7 +84,7 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "cogbk": lambda p: _cogbk(p, words, 1_000),
             "side_join": lambda p: beam_side_join(p, words, 10_000),
             "dofn_setup": lambda p: _dofn_setup(p, words),
-            "windowed": lambda p: _windowed(p, words),
+            "windowed": lambda p: beam_windowed(p, words, 1_000),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
             "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
             # 10 micro-batches with an element, 10 more moving the watermark

@@ -34,7 +34,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from runner_throughput import beam_combine, beam_gbk, beam_side_join, beam_side_mean, beam_wordcount, make_text  # noqa: E402
+from runner_throughput import (  # noqa: E402
+    beam_combine,
+    beam_gbk,
+    beam_side_join,
+    beam_side_mean,
+    beam_windowed,
+    beam_wordcount,
+    make_text,
+)
 from sliding import MINUTE, build_sliding, make_data, write_parquet  # noqa: E402
 
 # (category, tests on "file:function"); first match wins, in this order.
@@ -213,6 +221,7 @@ def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
         (f"CombinePerKey, {pairs:,} pairs, 1,000 keys", lambda p: beam_combine(p, pairs, 1_000)),
         (f"per-key mean with a side-input dict, {n:,} words", lambda p: beam_side_mean(p, words)),
         (f"side-input join, {n:,} numbers, 10,000-entry dict", lambda p: beam_side_join(p, n, 10_000)),
+        (f"CombinePerKey in 1-minute windows, {pairs:,} pairs, 1,000 keys", lambda p: beam_windowed(p, pairs, 1_000)),
         (f"demo pipeline, {len(payments):,} payments",
          lambda p: payments_features.build(p, payments, out_dir)),
         (f"ReadFromParquet -> SlidingAggregate (1 minute) -> WriteToParquet, {events:,} events",

@@ -1,8 +1,9 @@
 """SparkRunner vs DirectRunner vs hand-written PySpark, same machine, same run.
 
-Five pipelines: wordcount over generated text, a per-key mean whose values
+Six pipelines: wordcount over generated text, a per-key mean whose values
 come from a side-input dict, CombinePerKey over generated pairs, GroupByKey
-with many keys, and a side-input join. Each runs on SparkRunner (local[2]),
+with many keys, a side-input join, and CombinePerKey in one-minute fixed
+windows. Each runs on SparkRunner (local[2]),
 on Beam's DirectRunner as users get it (``beam.runners.DirectRunner()``,
 which for a batch pipeline hands over to the FnApiRunner, in-process) and as
 the same logic written directly with PySpark RDDs. Spark session and Python
@@ -40,6 +41,7 @@ import time
 from typing import Any, Callable
 
 import apache_beam as beam
+from apache_beam.transforms import window
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -114,6 +116,27 @@ def beam_side_join(p, n, side_size):
             | beam.CombineGlobally(sum))
 
 
+def _timed_pairs(n: int, keys: int, timestamped: bool):
+    """Shard ``s``'s ``(key, value)`` pairs at one-second timestamps over a day: Beam's
+    ``TimestampedValue`` or, for PySpark, ``(key, value, seconds)``."""
+    per = n // _SHARDS
+
+    def gen(shard: int):
+        start = shard * per
+        if timestamped:
+            return (window.TimestampedValue((i % keys, i), i % 86_400) for i in range(start, start + per))
+        return ((i % keys, i, i % 86_400) for i in range(start, start + per))
+    return gen
+
+
+def beam_windowed(p, n, keys):
+    """Numbers summed per key in one-minute fixed windows; the key-windows counted."""
+    return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle()
+            | beam.FlatMap(_timed_pairs(n, keys, True))
+            | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
+            | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
+
+
 # -- the same logic as hand-written PySpark ---------------------------------
 def rdd_wordcount(sc, path):
     return (sc.textFile(path, 2 * sc.defaultParallelism).flatMap(str.split)
@@ -139,6 +162,11 @@ def rdd_gbk(sc, n, keys):
             .groupByKey().mapValues(len).values().sum())
 
 
+def rdd_windowed(sc, n, keys):
+    return (sc.parallelize(range(_SHARDS), _SHARDS).flatMap(_timed_pairs(n, keys, False))
+            .map(lambda e: ((e[0], e[2] - e[2] % 60), e[1])).reduceByKey(operator.add).count())
+
+
 def rdd_side_join(sc, n, side_size):
     side = sc.broadcast({i: i * 2 for i in range(side_size)})
     per = n // _SHARDS
@@ -148,7 +176,7 @@ def rdd_side_join(sc, n, side_size):
 
 
 # -- cases ----------------------------------------------------------------------
-PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "side_join")
+PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "windowed")
 SWEPT = ("wordcount", "side_mean")
 
 
@@ -188,6 +216,9 @@ def case(name: str, n: int, texts: _Texts, sc) -> tuple[str, Callable, Callable]
         return (f"side-input join ({_SIDE_JOIN_DICT:,}-entry dict)",
                 lambda p: beam_side_join(p, n, _SIDE_JOIN_DICT),
                 lambda: rdd_side_join(sc, n, _SIDE_JOIN_DICT))
+    if name == "windowed":
+        return (f"CombinePerKey in 1-minute windows ({_COMBINE_KEYS:,} keys)",
+                lambda p: beam_windowed(p, n, _COMBINE_KEYS), lambda: rdd_windowed(sc, n, _COMBINE_KEYS))
     raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 
