@@ -336,6 +336,46 @@ def test_plain_partial_combines_evict_their_oldest_keys_and_lose_none(fn):
             == {key: fn.extract_output(acc) for key, acc in want.items()})
 
 
+@pytest.mark.parametrize("fn", PLAIN_FNS, ids=PLAIN_IDS)
+@settings(max_examples=25, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 2), st.one_of(st.integers(-10**20, 10**20), st.floats(
+           allow_nan=False, allow_infinity=False)), st.integers(-20, 20)), max_size=60),
+       max_keys=st.sampled_from([None, 4]), windows=st.sampled_from(["fixed", "sliding"]))
+def test_plain_windowed_partial_combines_equal_beams_per_key_and_window(fn, events, max_keys, windows):
+    # Windowed (at the end of the window), the plain accumulators are kept per
+    # key and window; evicted ones come back; merged, each key-window's
+    # partials equal Beam's add_input one value at a time, to the bit.
+    from apache_beam.internal import pickler
+    from apache_beam.metrics.execution import MetricsContainer
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    from beam_ext.runner import _element_batches as element_batches
+    from beam_ext.runner.worker import _direct
+
+    windowfn = WINDOWS[windows]
+    combine = _direct.DirectCombine("Fn/Precombine", pickler.dumps((fn, [], {})), core.Windowing(windowfn))
+    values = [WindowedValue((k, v), ts, tuple(windowfn.assign(window.WindowFn.AssignContext(ts))))
+              for k, v, ts in events]
+    out = [wv for batch in _direct._precombine(
+        combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
+        map(element_batches.as_batch, element_batches.batched(iter(values), 7)), max_keys=max_keys)
+        for wv in element_batches.windowed(batch)]
+    assert all(len(wv.windows) == 1 and wv.timestamp == wv.windows[0].max_timestamp() for wv in out)
+    partials: dict = {}
+    for wv in out:
+        partials.setdefault((wv.value[0], wv.windows[0]), []).append(wv.value[1])
+    want: dict = {}
+    for wv in values:
+        for w in wv.windows:
+            key = (wv.value[0], w)
+            want[key] = fn.add_input(want.get(key, fn.create_accumulator()), wv.value[1])
+    if max_keys is None:
+        assert all(len(p) == 1 for p in partials.values())
+        assert repr({k: p[0] for k, p in partials.items()}) == repr({k: fn.compact(a) for k, a in want.items()})
+    assert ({k: fn.extract_output(fn.merge_accumulators(p)) for k, p in partials.items()}
+            == {k: fn.extract_output(a) for k, a in want.items()})
+
+
 @pytest.mark.parametrize("timestamps", sorted(COMBINERS))
 def test_the_partial_combine_keeps_each_window_of_an_element_apart(timestamps):
     # An element in several windows (a materialized sliding-window
@@ -487,3 +527,31 @@ def test_a_dofn_of_other_parameters_keeps_the_bundle_processor(tmp_path, caplog)
                                              | "Keys" >> beam.ParDo(_KeyOf())), tmp_path)
     assert sorted(out) == ["a", "b"]
     assert not any(OBJECTS in r.getMessage() and "Keys" in r.getMessage() for r in caplog.records)
+
+
+class _OneSecond(window.FixedWindows):
+    """A subclass of a standard window function that assigns otherwise: its own ``assign`` must run."""
+
+    def assign(self, context):
+        return [window.IntervalWindow(context.timestamp, context.timestamp + 1)]
+
+
+_REWINDOW = {"fixed": window.FixedWindows(5, 1), "global": window.GlobalWindows(), "subclass": _OneSecond(5)}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=st.lists(st.tuples(st.sampled_from("ab"), st.integers(-5, 20), st.integers(-30, 30)),
+                       max_size=30),
+       to=st.sampled_from(sorted(_REWINDOW)))
+def test_window_into_of_elements_in_several_windows_repeats_them_as_beam(tmp_path_factory, caplog, events, to):
+    def build(p):
+        # Sliding windows put each element in three; re-windowing keeps one copy
+        # per window (fixed windows, the global window, a subclass's own).
+        return (_timestamped(p, events) | "Slide" >> beam.WindowInto(window.SlidingWindows(6, 2))
+                | "Rewindow" >> beam.WindowInto(_REWINDOW[to]) | beam.CombinePerKey(sum)
+                | "Params" >> beam.ParDo(_AllParams(), suffix=to)
+                | "Global" >> beam.WindowInto(window.GlobalWindows()))
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        spark_equals_direct(build, tmp_path_factory.mktemp("rewindow"))
+    assert any(OBJECTS in r.getMessage() and "Rewindow" in r.getMessage() for r in caplog.records)

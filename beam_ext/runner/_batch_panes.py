@@ -23,6 +23,9 @@ from typing import Any, Iterable, Iterator
 
 from apache_beam.transforms import trigger
 from apache_beam.utils import windowed_value
+from apache_beam.utils.windowed_value import create as new_windowed
+
+from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 
 # What Beam's GeneralTriggerDriver gives the one firing of the default
 # trigger in batch (the trigger never finishes, so the pane is not the last).
@@ -43,32 +46,33 @@ class OnTimePanes:
     def process_entire_key(self, key: Any, values: Iterable[windowed_value.WindowedValue]
                            ) -> Iterator[windowed_value.WindowedValue]:
         """``(key, [values])`` per window, as ``GeneralTriggerDriver.process_entire_key``."""
+        # Keyed by window_key: equal windows decoded separately compare slowly.
         by_window: dict[Any, list] = {}
         if self._end_of_window:
             for wv in values:
                 value = wv.value
                 for window in wv.windows:
-                    grouped = by_window.get(window)
-                    if grouped is None:
-                        by_window[window] = [value]
+                    pane = by_window.get(window_key(window))
+                    if pane is None:
+                        by_window[window_key(window)] = (window, [value])
                     else:
-                        grouped.append(value)
-            for window, grouped in by_window.items():
-                yield windowed_value.WindowedValue((key, grouped), window.max_timestamp(), (window,), ON_TIME)
+                        pane[1].append(value)
+            for window, grouped in by_window.values():
+                yield new_windowed((key, grouped), max_timestamp_micros(window), (window,), ON_TIME)
             return
         assign = self._output_time.assign_output_time
         combine = self._output_time.combine
         for wv in values:
             value, timestamp = wv.value, wv.timestamp
             for window in wv.windows:
-                pane = by_window.get(window)
+                pane = by_window.get(window_key(window))
                 output_time = assign(window, timestamp)
                 if pane is None:
-                    by_window[window] = [[value], output_time]
+                    by_window[window_key(window)] = [window, [value], output_time]
                 else:
-                    pane[0].append(value)
-                    pane[1] = combine(pane[1], output_time)
-        for window, (grouped, output_time) in by_window.items():
+                    pane[1].append(value)
+                    pane[2] = combine(pane[2], output_time)
+        for window, grouped, output_time in by_window.values():
             yield windowed_value.WindowedValue((key, grouped), output_time, (window,), ON_TIME)
 
 

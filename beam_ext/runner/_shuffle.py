@@ -68,15 +68,14 @@ def as_decoded(panes: Iterable[windowed_value.WindowedValue]) -> Iterator[window
     impl = _HEADER_CODER.get_impl()
     decoded: dict[int, Any] = {}  # panes share timestamps: each is round-tripped once
     for wv in panes:
-        micros = wv.timestamp.micros
-        timestamp = decoded.get(micros)
-        if timestamp is None:
+        micros = wv.timestamp_micros
+        read = decoded.get(micros)
+        if read is None:
             if len(decoded) >= 4096:
                 decoded.clear()
-            timestamp = decoded[micros] = impl.decode_nested(
-                impl.encode_nested(GlobalWindows.windowed_value(b"", timestamp=wv.timestamp))).timestamp
-        yield wv if timestamp.micros == micros else windowed_value.WindowedValue(
-            wv.value, timestamp, wv.windows, wv.pane_info)
+            read = decoded[micros] = impl.decode_nested(
+                impl.encode_nested(GlobalWindows.windowed_value(b"", timestamp=wv.timestamp))).timestamp_micros
+        yield wv if read == micros else windowed_value.create(wv.value, read, wv.windows, wv.pane_info)
 
 
 class ShuffleWriter:

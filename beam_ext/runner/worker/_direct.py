@@ -42,10 +42,13 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.transforms import combiners, core
+from apache_beam.utils.windowed_value import create as new_windowed
 
 from beam_ext.errors import BeamExtError
 from beam_ext.runner._element_batches import BATCH, Same, as_batch, windowed
 from beam_ext.runner._shuffle import Buckets, ShuffleWriter
+from beam_ext.runner._window_assign import assigner
+from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
 from beam_ext.runner.worker._setup import WorkerSetup
 
@@ -272,6 +275,8 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
 
     special = (WindowedValue, TimestampedValue, TaggedOutput)
     plain_types: set = set()
+    windows_at = assigner(window_fn)
+    stamped = {TimestampedValue}
 
     def output(wv: Any, result: Any) -> Any:
         """What Beam's ``_OutputHandler`` makes of a result that is not a plain value."""
@@ -280,7 +285,8 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                 result.windows *= len(wv.windows)
             return result
         if isinstance(result, TimestampedValue):
-            out = WindowedValue(result.value, result.timestamp, tuple(
+            micros = result.timestamp.micros
+            out = new_windowed(result.value, micros, windows_at(micros) if windows_at is not None else tuple(
                 window_fn.assign(WindowFn.AssignContext(result.timestamp, result.value))))
             if len(wv.windows) != 1:
                 out.windows *= len(wv.windows)
@@ -293,6 +299,10 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
         if not types <= plain_types:
             for kind in types - plain_types:
                 if issubclass(kind, special):
+                    if windows_at is not None and types == stamped and len(template.windows) == 1:
+                        # All timestamped (a FlatMap stamping events): output() without its checks.
+                        return as_batch([new_windowed(r.value, (micros := r.timestamp.micros), windows_at(micros))
+                                         for r in results])
                     # Elements that may share windowing again (Reshuffle's
                     # restored timestamps, all the minimum): checked.
                     return as_batch([output(template, r) if isinstance(r, special) else template.with_value(r)
@@ -306,6 +316,9 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             dofn.setup()  # once per instance: the pool keeps it for later tasks
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
+    if type(dofn) is AssignWindows and (assign := assigner(dofn.windowfn)) is not None:
+        yield from _assign_windows(name, assign, tracker, state, batches)
+        return
     check = _checks_output(dofn)
     with_params = _param_invoker(dofn, args, kwargs)
     if with_params is not None:
@@ -354,6 +367,34 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                     tracker.enter(state)
             if out:
                 yield outputs(template, out)
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+            raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
+
+
+def _assign_windows(name: str, windows_at: Callable[[int], tuple], tracker: _Tracker, state: _State,
+                    batches: Iterator[Same | list]) -> Iterator[Same | list]:
+    """``WindowInto`` with one of Beam's standard window functions (see
+    :mod:`beam_ext.runner._window_assign`), as :class:`AssignWindows` would run:
+    each element once per window it was in, since Beam calls it per window;
+    timestamp kept, pane unknown. A batch sharing a timestamp is assigned once."""
+    for batch in batches:
+        tracker.enter(state)
+        try:
+            if type(batch) is Same:
+                template = batch.template
+                micros = template.timestamp_micros
+                new = Same(new_windowed(None, micros, windows_at(micros)), batch.values)
+                for _ in template.windows:
+                    yield new
+                continue
+            out = []
+            for wv in batch:
+                micros = wv.timestamp_micros
+                new_windows = windows_at(micros)
+                value = wv.value
+                for _ in wv.windows:
+                    out.append(new_windowed(value, micros, new_windows))
+            yield out
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
 
@@ -583,19 +624,28 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     # keep plain accumulators in the table (a key's count; its [sum, count])
     # updated by the same arithmetic without a call per element; a batch's
     # keys are counted in C.
-    plain = _plain_adds(fn) if default and not unkeyed and not args and not kwargs else None
+    # Windowed, they are keyed by (window_key, key), the windows kept aside:
+    # only at the end of the window, as there is no output time to track.
+    plain = (_plain_adds(fn) if (default or combiner is None) and not unkeyed and not args and not kwargs
+             else None)
     global_wv = GlobalWindows.windowed_value(None)
     table: dict = Counter() if plain is _COUNTS else {}
+    window_of: dict = {}  # window_key -> window, for plain windowed accumulators
 
     def emit(wkey: Any, entry: Any) -> Any:
         """An output: under default windowing a value of ``global_wv``'s windowing, else an element."""
         if plain:
-            return wkey, plain[1](entry)
+            if default:
+                return wkey, plain[1](entry)
+            window = window_of[wkey[0]]
+            return new_windowed((wkey[1], plain[1](entry)), max_timestamp_micros(window), (window,))
         value = entry[0] if compact is None else compact(entry[0])
         if default:
             return wkey, value
-        window, key = wkey
-        return WindowedValue((key, value), window.max_timestamp() if combiner is None else entry[1], (window,))
+        window = entry[2]
+        if combiner is None:
+            return new_windowed((wkey[1], value), max_timestamp_micros(window), (window,))
+        return WindowedValue((wkey[1], value), entry[1], (window,))
 
     def evict(out: list) -> None:
         # As Beam: the oldest tenth of the keys, in the order they came.
@@ -608,13 +658,37 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
                 break
         for wkey in old:
             del table[wkey]
+        if window_of:
+            held = {wkey[0] for wkey in table}
+            for gone in [k for k in window_of if k not in held]:
+                del window_of[gone]
 
-    def new_entry(wkey: Any, timestamp: Any, out: list) -> list:
+    def windowed_pairs(batch: Same | list) -> list:
+        """A batch's ``((window_key, key), value)`` pairs, once per window of each element."""
+        if type(batch) is Same:
+            keys = []
+            for window in batch.template.windows:
+                keys.append(window_key(window))
+                window_of.setdefault(keys[-1], window)
+            return [((k, key), value) for key, value in batch.values for k in keys]
+        pairs: list = []
+        append = pairs.append
+        for wv in batch:
+            key, value = wv.value
+            for window in wv.windows:
+                k = window_key(window)
+                if k not in window_of:
+                    window_of[k] = window
+                append(((k, key), value))
+        return pairs
+
+    def new_entry(wkey: Any, timestamp: Any, out: list, window: Any = None) -> list:
         # Called only for a key not held: a held key's entry (a non-empty
-        # list, so truthy) is found by the caller's table.get.
+        # list, so truthy) is found by the caller's table.get. A windowed
+        # key is (window_key(window), key): the entry keeps the window.
         if len(table) >= max_keys:
             evict(out)
-        entry = table[wkey] = [create(), timestamp]
+        entry = table[wkey] = [create(), timestamp, window]
         return entry
 
     def add_grouped(kvs: list, windows: tuple, timestamp: Any, out: list) -> int:
@@ -630,8 +704,8 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
                 group.append(value)
         for key, values in groups.items():
             for window in windows:
-                wkey = key if window is None else (window, key)
-                entry = table.get(wkey) or new_entry(wkey, timestamp, out)
+                wkey = key if window is None else (window_key(window), key)
+                entry = table.get(wkey) or new_entry(wkey, timestamp, out, window)
                 entry[0] = add_all(entry[0], values)
                 if combiner is not None:
                     entry[1] = combiner.combine(entry[1], timestamp)
@@ -645,8 +719,8 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             return
         for key, value in kvs:
             for window in windows:
-                wkey = (window, key)
-                entry = table.get(wkey) or new_entry(wkey, timestamp, out)
+                wkey = (window_key(window), key)
+                entry = table.get(wkey) or new_entry(wkey, timestamp, out, window)
                 entry[0] = add(entry[0], value)
                 if combiner is not None:
                     entry[1] = combiner.combine(entry[1], timestamp)
@@ -666,7 +740,8 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             try:
                 same = type(batch) is Same
                 if plain:
-                    plain[0](table, batch.values if same else [wv.value for wv in batch])
+                    plain[0](table, (batch.values if same else [wv.value for wv in batch]) if default
+                             else windowed_pairs(batch))
                     if len(table) > max_keys:
                         evict(out)
                 elif unkeyed:
@@ -700,6 +775,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise StepFailed(traceback.format_exc() + _STEP_TAG % combine.name) from exc
         table.clear()
+        window_of.clear()
         if out:
             yield Same(global_wv, out) if default else out
     finally:

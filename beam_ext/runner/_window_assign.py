@@ -1,0 +1,83 @@
+"""Beam's standard window functions' ``assign``, in integer microseconds.
+
+``FixedWindows.assign`` builds five ``Timestamp`` and ``Duration`` objects
+and an ``IntervalWindow`` for every element it is called on, and a
+``TimestampedValue`` output in the global window builds ``GlobalWindow()``,
+whose ``__init__`` re-reads the end of the global window from Beam's
+protos each time. In a windowed aggregation that was the largest share of a
+task (``benchmarks/runner_profile.py --only windows``). The windows of
+:class:`GlobalWindows`, :class:`FixedWindows` and :class:`SlidingWindows`
+depend on the timestamp alone, so :func:`assigner` computes them from the
+timestamp's microseconds with Beam's arithmetic and hands out the same
+window tuples again for timestamps in the same windows.
+
+Only those exact classes: a subclass may assign otherwise, and any other
+window function keeps its own ``assign``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from apache_beam.transforms.window import FixedWindows, GlobalWindow, GlobalWindows, IntervalWindow, SlidingWindows
+from apache_beam.utils.timestamp import Timestamp
+
+#: Distinct window tuples kept per window function before the cache starts
+#: over: a task's data rarely spans more, and memory stays bounded if it does.
+CACHED = 1 << 16
+
+_GLOBAL = (GlobalWindow(),)
+
+
+def assigner(windowfn: Any) -> Callable[[int], tuple] | None:
+    """``windows(timestamp_micros)``: the windows ``windowfn`` assigns an element
+    at that time, as a tuple in Beam's order; None unless ``windowfn`` is one of
+    Beam's global, fixed or sliding window functions (not a subclass).
+
+    >>> from apache_beam.transforms.window import FixedWindows
+    >>> assigner(FixedWindows(60))(90_000_000)
+    (IntervalWindow(start=60, end=120),)
+    """
+    kind = type(windowfn)
+    if kind is GlobalWindows:
+        return lambda micros: _GLOBAL
+    if kind is FixedWindows:
+        return _fixed(windowfn.size.micros, windowfn.offset.micros)
+    if kind is SlidingWindows:
+        return _sliding(windowfn.size.micros, windowfn.period.micros, windowfn.offset.micros)
+    return None
+
+
+def _fixed(size: int, offset: int) -> Callable[[int], tuple]:
+    cache: dict[int, tuple] = {}
+
+    def windows(micros: int) -> tuple:
+        # Beam: start = timestamp - (timestamp - offset) % size, Python's modulo.
+        start = micros - (micros - offset) % size
+        found = cache.get(start)
+        if found is None:
+            if len(cache) >= CACHED:
+                cache.clear()
+            found = cache[start] = (_interval(start, start + size),)
+        return found
+    return windows
+
+
+def _sliding(size: int, period: int, offset: int) -> Callable[[int], tuple]:
+    cache: dict[tuple[int, int], tuple] = {}
+
+    def windows(micros: int) -> tuple:
+        last = micros - (micros - offset) % period
+        # Beam: one window per start in range(last, timestamp - size, -period).
+        count = len(range(last, micros - size, -period))
+        found = cache.get((last, count))
+        if found is None:
+            if len(cache) >= CACHED:
+                cache.clear()
+            found = cache[last, count] = tuple(
+                _interval(start, start + size) for start in range(last, micros - size, -period))
+        return found
+    return windows
+
+
+def _interval(start: int, end: int) -> IntervalWindow:
+    return IntervalWindow(Timestamp(micros=start), Timestamp(micros=end))

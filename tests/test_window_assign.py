@@ -1,0 +1,71 @@
+"""The integer-microsecond window assignment against Beam's own ``assign``."""
+from __future__ import annotations
+
+import pytest
+from apache_beam.transforms import window
+from apache_beam.utils.timestamp import Timestamp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_ext.runner import _window_assign
+from beam_ext.runner._window_assign import assigner
+
+# Microsecond sizes and offsets, so windows not a whole number of seconds are covered.
+_SIZES = st.integers(1, 10**9)
+_TIMES = st.one_of(st.integers(-10**12, 10**12), st.integers(-10**17, 10**17))
+
+
+def _beam(windowfn, micros: int) -> tuple:
+    return tuple(windowfn.assign(window.WindowFn.AssignContext(Timestamp(micros=micros))))
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=_SIZES, offset=st.integers(-10**10, 10**10), times=st.lists(_TIMES, min_size=1, max_size=20))
+def test_fixed_windows_are_beams(size, offset, times):
+    windowfn = window.FixedWindows(window.Duration(micros=size), Timestamp(micros=offset))
+    windows_at = assigner(windowfn)
+    for micros in times + times:  # again, from the cache
+        assert windows_at(micros) == _beam(windowfn, micros)
+
+
+@settings(max_examples=300, deadline=None)
+@given(size=_SIZES, period=_SIZES, offset=st.integers(-10**10, 10**10),
+       times=st.lists(_TIMES, min_size=1, max_size=20))
+def test_sliding_windows_are_beams_in_beams_order(size, period, offset, times):
+    # Beam allows a period longer than the size (gaps) and one that does not divide it.
+    period = min(max(period, size // 20), size * 3)  # at most 20 windows per element
+    windowfn = window.SlidingWindows(window.Duration(micros=size), window.Duration(micros=period),
+                                     Timestamp(micros=offset))
+    windows_at = assigner(windowfn)
+    for micros in times + [t + 1 for t in times] + times:
+        assert windows_at(micros) == _beam(windowfn, micros)
+
+
+def test_the_global_window_is_beams():
+    assert assigner(window.GlobalWindows())(123) == (window.GlobalWindow(),)
+
+
+class _Shifted(window.FixedWindows):
+    def assign(self, context):
+        return [window.IntervalWindow(context.timestamp, context.timestamp + 1)]
+
+
+def test_other_window_functions_keep_their_own_assign():
+    assert assigner(_Shifted(5)) is None
+    assert assigner(window.Sessions(5)) is None
+
+
+def test_the_cache_starts_over_when_full(monkeypatch):
+    monkeypatch.setattr(_window_assign, "CACHED", 4)
+    windowfn = window.FixedWindows(1)
+    windows_at = assigner(windowfn)
+    for second in range(20):
+        assert windows_at(second * 1_000_000 + 5) == _beam(windowfn, second * 1_000_000 + 5)
+    cache = windows_at.__closure__[0].cell_contents
+    assert 1 <= len(cache) <= 4
+
+
+@pytest.mark.parametrize("micros", [-1, 0, 59_999_999, 60_000_000, -60_000_001])
+def test_fixed_window_edges(micros):
+    windowfn = window.FixedWindows(60)
+    assert assigner(windowfn)(micros) == _beam(windowfn, micros)
