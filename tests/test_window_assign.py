@@ -1,14 +1,16 @@
-"""The integer-microsecond window assignment against Beam's own ``assign``."""
+"""The integer-microsecond window assignment against Beam's own ``assign``, and window keys against window equality."""
 from __future__ import annotations
 
 import pytest
+from apache_beam import coders
 from apache_beam.transforms import window
-from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_ext.runner import _window_assign
 from beam_ext.runner._window_assign import assigner
+from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 
 # Microsecond sizes and offsets, so windows not a whole number of seconds are covered.
 _SIZES = st.integers(1, 10**9)
@@ -69,3 +71,26 @@ def test_the_cache_starts_over_when_full(monkeypatch):
 def test_fixed_window_edges(micros):
     windowfn = window.FixedWindows(60)
     assert assigner(windowfn)(micros) == _beam(windowfn, micros)
+
+
+_BOUND = st.one_of(st.integers(-10**12, 10**12), st.sampled_from(
+    [MIN_TIMESTAMP.micros - 5, MIN_TIMESTAMP.micros, MAX_TIMESTAMP.micros, MAX_TIMESTAMP.micros + 5]))
+
+
+def _window(bounds) -> window.IntervalWindow:
+    start, end = sorted(bounds)
+    return window.IntervalWindow(Timestamp(micros=start), Timestamp(micros=end))
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.tuples(_BOUND, _BOUND), b=st.tuples(_BOUND, _BOUND))
+def test_window_keys_are_equal_exactly_when_the_windows_are(a, b):
+    coder = coders.coders.IntervalWindowCoder()
+    for w in (_window(a), coder.decode(coder.encode(_window(a)))):
+        v = _window(b)
+        assert (window_key(w) == window_key(v)) == (w == v)
+        if w == v:
+            assert hash(window_key(w)) == hash(window_key(v))
+        if w.end < MAX_TIMESTAMP:
+            assert max_timestamp_micros(w) == w.max_timestamp().micros
+    assert window_key(window.GlobalWindow()) == window.GlobalWindow()
