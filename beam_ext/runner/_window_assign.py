@@ -35,7 +35,7 @@ def assigner(windowfn: Any) -> Callable[[int], tuple] | None:
 
     >>> from apache_beam.transforms.window import FixedWindows
     >>> assigner(FixedWindows(60))(90_000_000)
-    (IntervalWindow(start=60, end=120),)
+    ([60.0, 120.0),)
     """
     kind = type(windowfn)
     if kind is GlobalWindows:

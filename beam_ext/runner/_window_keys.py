@@ -3,9 +3,9 @@
 A windowed aggregation looks up a table by window once per element: the
 partial combine by ``(window, key)``, the grouping by window within a key.
 ``IntervalWindow.__hash__`` reads ``MIN_TIMESTAMP.micros`` and
-``MAX_TIMESTAMP.micros`` through Python properties on every call (0.5 us),
-and its ``__eq__`` between two equal windows decoded separately twice as
-long. :func:`window_key` gives a key that is equal exactly when the windows
+``MAX_TIMESTAMP.micros`` through Python properties on every call, and its
+``__eq__`` between two equal windows decoded separately reads them four
+times. :func:`window_key` gives a key that is equal exactly when the windows
 are: the clamped bounds Beam's own ``__eq__`` compares, as a tuple of ints.
 Other windows are their own key (the global window hashes cheaply).
 """
