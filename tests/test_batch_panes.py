@@ -17,13 +17,14 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from pipeline_outputs import spark_equals_direct
 
-from beam_ext.runner._batch_panes import OnTimePanes, pane_driver
+from beam_ext.runner._batch_panes import MergedOnTimePanes, OnTimePanes, pane_driver
 
 WINDOW_FNS = {
     "fixed": window.FixedWindows(5),
     "fixed_offset": window.FixedWindows(7, offset=3),
     "sliding": window.SlidingWindows(6, 2),
     "global": window.GlobalWindows(),
+    "sessions": window.Sessions(10),
 }
 COMBINERS = [window.TimestampCombiner.OUTPUT_AT_EOW, window.TimestampCombiner.OUTPUT_AT_EARLIEST,
              window.TimestampCombiner.OUTPUT_AT_LATEST]
@@ -45,19 +46,20 @@ def test_panes_equal_beams_general_driver(windows, combiner, events):
     for value, micros in events:
         ts = Timestamp(micros=micros)
         values.append(WindowedValue(value, ts, tuple(fn.assign(window.WindowFn.AssignContext(ts, value)))))
-    assert isinstance(pane_driver(windowing), OnTimePanes)
+    assert isinstance(pane_driver(windowing), MergedOnTimePanes if fn.is_merging() else OnTimePanes)
     beams = trigger.GeneralTriggerDriver(windowing, None)
     assert _panes(pane_driver(windowing), "k", values) == _panes(beams, "k", values)
 
 
 @pytest.mark.parametrize("windowing", [
     Windowing(window.GlobalWindows()),                                    # Beam's pass-through
-    Windowing(window.Sessions(10)),                                       # merging
     Windowing(window.FixedWindows(5), triggerfn=trigger.AfterCount(2),  # another trigger
               accumulation_mode=trigger.AccumulationMode.DISCARDING),
-], ids=["default", "sessions", "after_count"])
+    Windowing(window.Sessions(10), triggerfn=trigger.AfterCount(2),     # merging, another trigger
+              accumulation_mode=trigger.AccumulationMode.DISCARDING),
+], ids=["default", "after_count", "sessions_after_count"])
 def test_other_windowings_keep_beams_driver(windowing):
-    assert not isinstance(pane_driver(windowing), OnTimePanes)
+    assert not isinstance(pane_driver(windowing), (OnTimePanes, MergedOnTimePanes))
 
 
 def test_a_windowed_aggregation_equals_direct_runner(spark, tmp_path):
@@ -71,3 +73,18 @@ def test_a_windowed_aggregation_equals_direct_runner(spark, tmp_path):
                            (kv, repr(w), float(t))))
     out = spark_equals_direct(build, tmp_path)
     assert len(out) == 3 * 32  # 600 s of 60-s windows every 20 s: 32 windows per key
+
+
+def test_a_sessions_aggregation_equals_direct_runner(spark, tmp_path):
+    # Runs of a key's events 3 s apart, runs 20 s apart: sessions of a 10-s gap
+    # merge each run; the grouping's panes come from MergedOnTimePanes.
+    def build(p):
+        return (p | beam.Create([(k, i) for i in range(300) for k in "abc"])
+                | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] * 3 + kv[1] // 7 * 20))
+                | beam.WindowInto(window.Sessions(10),
+                                  timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST)
+                | beam.GroupByKey()
+                | beam.Map(lambda kv, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam:
+                           (kv[0], sorted(kv[1]), repr(w), float(t))))
+    out = spark_equals_direct(build, tmp_path)
+    assert len(out) == 3 * 43  # 300 events in runs of 7: 43 sessions per key

@@ -1,4 +1,4 @@
-"""A batch GroupByKey's panes under the default trigger in non-merging windows, without Beam's general driver.
+"""A batch GroupByKey's panes under the default trigger, without Beam's general driver.
 
 In batch Beam groups a key's values with a trigger driver: the global
 window under the default windowing takes a pass-through driver, every other
@@ -7,15 +7,17 @@ timers and fires them one by one. For fixed or sliding windows under the
 default trigger (the common windowed aggregation) that costs tens to
 hundreds of microseconds per value, growing with the number of windows a key
 has (``benchmarks/batch_panes.py`` times it), so a key spread over a day of
-one-minute windows takes minutes.
+one-minute windows takes minutes; sessions pay the same.
 
 All of a batch's input is there before the watermark moves, so under the
 default trigger each window of a key fires exactly once, on time, with every
 value the key has in it. :func:`pane_driver` gives, for such windowings, a
 driver that makes those panes directly: the same windows, values in arrival
 order, the pane Beam's driver gives (first, on time, index 0, not last) and
-the output timestamp its timestamp combiner gives. Any other windowing
-(merging windows, other triggers) keeps Beam's driver.
+the output timestamp its timestamp combiner gives. Merging windows
+(sessions) are merged first, in one call of the window function's ``merge``
+as Beam's driver makes it (:class:`MergedOnTimePanes`). Other triggers keep
+Beam's driver.
 """
 from __future__ import annotations
 
@@ -76,10 +78,69 @@ class OnTimePanes:
             yield windowed_value.WindowedValue((key, grouped), output_time, (window,), ON_TIME)
 
 
+class MergedOnTimePanes:
+    """One on-time pane per merged window of a key (sessions, or any merging
+    window function), as Beam's driver fires them in batch.
+
+    Beam's driver gets all of a key's values at once: it merges their
+    distinct windows in one call of the window function's ``merge``, then
+    adds each window's values to the window it merged into, window by window
+    in the order the windows first appeared, each window's values in arrival
+    order; the output time is the timestamp combiner's ``merge`` over the
+    merged window. This does the same, without its state and timers.
+    """
+
+    def __init__(self, windowing: Any) -> None:
+        from apache_beam.transforms.window import TimestampCombiner
+
+        self._windowfn = windowing.windowfn
+        self._output_time = TimestampCombiner.get_impl(windowing.timestamp_combiner, windowing.windowfn)
+
+    def process_entire_key(self, key: Any, values: Iterable[windowed_value.WindowedValue]
+                           ) -> Iterator[windowed_value.WindowedValue]:
+        """``(key, [values])`` per merged window, as ``GeneralTriggerDriver.process_entire_key``."""
+        from apache_beam.transforms.window import WindowFn
+
+        by_window: dict[Any, tuple] = {}  # window_key -> (window, [(value, timestamp)])
+        for wv in values:
+            value, timestamp = wv.value, wv.timestamp
+            for window in wv.windows:
+                elements = by_window.get(window_key(window))
+                if elements is None:
+                    by_window[window_key(window)] = (window, [(value, timestamp)])
+                else:
+                    elements[1].append((value, timestamp))
+        merged_away: dict[Any, Any] = {}
+
+        class _Merge(WindowFn.MergeContext):
+            def merge(self, to_be_merged: Iterable[Any], merge_result: Any) -> None:
+                for window in to_be_merged:
+                    if window != merge_result:
+                        merged_away[window_key(window)] = merge_result
+
+        # The set Beam's driver passes (its known windows, none yet, and these).
+        self._windowfn.merge(_Merge(set().union([window for window, _ in by_window.values()])))
+        merged: dict[Any, tuple] = {}
+        for window, elements in by_window.values():
+            while window_key(window) in merged_away:
+                window = merged_away[window_key(window)]
+            into = merged.get(window_key(window))
+            if into is None:
+                merged[window_key(window)] = (window, list(elements))
+            else:
+                into[1].extend(elements)
+        impl = self._output_time
+        for window, elements in merged.values():
+            output_time = impl.merge(window, (impl.assign_output_time(window, timestamp) for _, timestamp in elements))
+            yield windowed_value.WindowedValue(
+                (key, [value for value, _ in elements]),
+                window.max_timestamp() if output_time is None else output_time, (window,), ON_TIME)
+
+
 def pane_driver(windowing: Any) -> Any:
-    """The batch driver for ``windowing``: :class:`OnTimePanes` where it gives
-    Beam's panes, else Beam's own (``create_trigger_driver(windowing, True)``)."""
-    if (not windowing.is_default() and windowing.triggerfn == trigger.DefaultTrigger()
-            and not windowing.windowfn.is_merging()):
-        return OnTimePanes(windowing)
+    """The batch driver for ``windowing``: :class:`OnTimePanes` or
+    :class:`MergedOnTimePanes` where they give Beam's panes (the default
+    trigger), else Beam's own (``create_trigger_driver(windowing, True)``)."""
+    if not windowing.is_default() and windowing.triggerfn == trigger.DefaultTrigger():
+        return MergedOnTimePanes(windowing) if windowing.windowfn.is_merging() else OnTimePanes(windowing)
     return trigger.create_trigger_driver(windowing, True)
