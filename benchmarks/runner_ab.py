@@ -24,10 +24,10 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
-from apache_beam.transforms import window  # noqa: E402
 from runner_throughput import (  # noqa: E402
     beam_combine,
     beam_gbk,
+    beam_sessions,
     beam_side_join,
     beam_side_mean,
     beam_windowed,
@@ -71,25 +71,6 @@ def _dofn_setup(p, n: int):
             | beam.ParDo(_Rates()) | beam.CombinePerKey(sum) | beam.combiners.Count.Globally())
 
 
-def _session_events(n: int, keys: int):
-    """Shard ``s``'s events: each key's come 25 s apart in runs of 8, runs 5 minutes apart."""
-    per = n // 8
-
-    def gen(shard: int):
-        for i in range(shard * per, (shard + 1) * per):
-            j = i // keys
-            yield window.TimestampedValue((i % keys, i), j * 25 + j // 8 * 300)
-    return gen
-
-
-def _sessions(p, n: int):
-    """``n`` events summed per key (1,000 keys) in one-minute-gap sessions (8 events each)."""
-    return (p | "Shards" >> beam.Create(range(8)) | beam.Reshuffle()
-            | beam.FlatMap(_session_events(n, 1_000))
-            | beam.WindowInto(window.Sessions(60)) | beam.CombinePerKey(sum)
-            | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
-
-
 def _builders(tmp: str, words: int, events: int) -> dict:
     text = os.path.join(tmp, "words.txt")
     make_text(text, words)
@@ -105,7 +86,7 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "side_join": lambda p: beam_side_join(p, words, 10_000),
             "dofn_setup": lambda p: _dofn_setup(p, words),
             "windowed": lambda p: beam_windowed(p, words, 1_000),
-            "sessions": lambda p: _sessions(p, words),
+            "sessions": lambda p: beam_sessions(p, words, 1_000),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
             "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
             # 10 micro-batches with an element, 10 more moving the watermark

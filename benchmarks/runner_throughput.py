@@ -137,6 +137,25 @@ def beam_windowed(p, n, keys):
             | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
 
 
+def _session_events(n: int, keys: int):
+    """Shard ``s``'s events: each key's come 25 s apart in runs of 8, runs 5 minutes apart."""
+    per = n // _SHARDS
+
+    def gen(shard: int):
+        for i in range(shard * per, (shard + 1) * per):
+            j = i // keys
+            yield window.TimestampedValue((i % keys, i), j * 25 + j // 8 * 300)
+    return gen
+
+
+def beam_sessions(p, n, keys):
+    """Numbers summed per key in sessions of a one-minute gap (8 events each); the sessions counted."""
+    return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle()
+            | beam.FlatMap(_session_events(n, keys))
+            | beam.WindowInto(window.Sessions(60)) | beam.CombinePerKey(sum)
+            | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
+
+
 # -- the same logic as hand-written PySpark ---------------------------------
 def rdd_wordcount(sc, path):
     return (sc.textFile(path, 2 * sc.defaultParallelism).flatMap(str.split)

@@ -19,12 +19,17 @@ from pipeline_outputs import spark_equals_direct
 
 from beam_ext.runner._batch_panes import MergedOnTimePanes, OnTimePanes, pane_driver
 
+class _Sessions(window.Sessions):
+    """Merged through its own ``merge``, not the integer copy of ``Sessions.merge``."""
+
+
 WINDOW_FNS = {
     "fixed": window.FixedWindows(5),
     "fixed_offset": window.FixedWindows(7, offset=3),
     "sliding": window.SlidingWindows(6, 2),
     "global": window.GlobalWindows(),
     "sessions": window.Sessions(10),
+    "sessions_subclass": _Sessions(10),
 }
 COMBINERS = [window.TimestampCombiner.OUTPUT_AT_EOW, window.TimestampCombiner.OUTPUT_AT_EARLIEST,
              window.TimestampCombiner.OUTPUT_AT_LATEST]

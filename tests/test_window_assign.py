@@ -43,6 +43,14 @@ def test_sliding_windows_are_beams_in_beams_order(size, period, offset, times):
         assert windows_at(micros) == _beam(windowfn, micros)
 
 
+@settings(max_examples=100, deadline=None)
+@given(gap=_SIZES, times=st.lists(_TIMES, min_size=1, max_size=20))
+def test_session_windows_are_beams(gap, times):
+    windowfn = window.Sessions(window.Duration(micros=gap))
+    for micros in times:
+        assert assigner(windowfn)(micros) == _beam(windowfn, micros)
+
+
 def test_the_global_window_is_beams():
     assert assigner(window.GlobalWindows())(123) == (window.GlobalWindow(),)
 
@@ -52,9 +60,13 @@ class _Shifted(window.FixedWindows):
         return [window.IntervalWindow(context.timestamp, context.timestamp + 1)]
 
 
+class _Gaps(window.Sessions):
+    pass
+
+
 def test_other_window_functions_keep_their_own_assign():
     assert assigner(_Shifted(5)) is None
-    assert assigner(window.Sessions(5)) is None
+    assert assigner(_Gaps(5)) is None
 
 
 def test_the_cache_starts_over_when_full(monkeypatch):

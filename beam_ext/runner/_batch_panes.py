@@ -91,25 +91,17 @@ class MergedOnTimePanes:
     """
 
     def __init__(self, windowing: Any) -> None:
-        from apache_beam.transforms.window import TimestampCombiner
+        from apache_beam.transforms.window import Sessions, TimestampCombiner
 
         self._windowfn = windowing.windowfn
         self._output_time = TimestampCombiner.get_impl(windowing.timestamp_combiner, windowing.windowfn)
+        self._sessions = type(windowing.windowfn) is Sessions  # merged in integers, as Sessions.merge
+        self._end_of_window = windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW
 
-    def process_entire_key(self, key: Any, values: Iterable[windowed_value.WindowedValue]
-                           ) -> Iterator[windowed_value.WindowedValue]:
-        """``(key, [values])`` per merged window, as ``GeneralTriggerDriver.process_entire_key``."""
+    def _merges(self, windows: list) -> dict[Any, Any]:
+        """window_key -> the window it merges into, for windows that merge into another."""
         from apache_beam.transforms.window import WindowFn
 
-        by_window: dict[Any, tuple] = {}  # window_key -> (window, [(value, timestamp)])
-        for wv in values:
-            value, timestamp = wv.value, wv.timestamp
-            for window in wv.windows:
-                elements = by_window.get(window_key(window))
-                if elements is None:
-                    by_window[window_key(window)] = (window, [(value, timestamp)])
-                else:
-                    elements[1].append((value, timestamp))
         merged_away: dict[Any, Any] = {}
 
         class _Merge(WindowFn.MergeContext):
@@ -119,22 +111,85 @@ class MergedOnTimePanes:
                         merged_away[window_key(window)] = merge_result
 
         # The set Beam's driver passes (its known windows, none yet, and these).
-        self._windowfn.merge(_Merge(set().union([window for window, _ in by_window.values()])))
+        self._windowfn.merge(_Merge(set().union(windows)))
+        return merged_away
+
+    def process_entire_key(self, key: Any, values: Iterable[windowed_value.WindowedValue]
+                           ) -> Iterator[windowed_value.WindowedValue]:
+        """``(key, [values])`` per merged window, as ``GeneralTriggerDriver.process_entire_key``."""
+        # window_key -> (window, values, their timestamps); no timestamps
+        # at the end of the window, where the output time is the window's.
+        end_of_window = self._end_of_window
+        by_window: dict[Any, tuple] = {}
+        for wv in values:
+            value = wv.value
+            timestamp = None if end_of_window else wv.timestamp
+            for window in wv.windows:
+                k = window_key(window)
+                entry = by_window.get(k)
+                if entry is None:
+                    entry = by_window[k] = (window, [], [])
+                entry[1].append(value)
+                if not end_of_window:
+                    entry[2].append(timestamp)
+        windows = [entry[0] for entry in by_window.values()]
+        merged_away = _session_merges(windows) if self._sessions else self._merges(windows)
         merged: dict[Any, tuple] = {}
-        for window, elements in by_window.values():
-            while window_key(window) in merged_away:
-                window = merged_away[window_key(window)]
-            into = merged.get(window_key(window))
+        for window, grouped, timestamps in by_window.values():
+            k = window_key(window)
+            while k in merged_away:
+                window = merged_away[k]
+                k = window_key(window)
+            into = merged.get(k)
             if into is None:
-                merged[window_key(window)] = (window, list(elements))
+                merged[k] = (window, list(grouped), list(timestamps))
             else:
-                into[1].extend(elements)
+                into[1].extend(grouped)
+                into[2].extend(timestamps)
         impl = self._output_time
-        for window, elements in merged.values():
-            output_time = impl.merge(window, (impl.assign_output_time(window, timestamp) for _, timestamp in elements))
+        for window, grouped, timestamps in merged.values():
+            if end_of_window:
+                yield new_windowed((key, grouped), max_timestamp_micros(window), (window,), ON_TIME)
+                continue
+            output_time = impl.merge(window, (impl.assign_output_time(window, t) for t in timestamps))
             yield windowed_value.WindowedValue(
-                (key, [value for value, _ in elements]),
-                window.max_timestamp() if output_time is None else output_time, (window,), ON_TIME)
+                (key, grouped), window.max_timestamp() if output_time is None else output_time, (window,), ON_TIME)
+
+
+def _session_merges(windows: list) -> dict[Any, Any]:
+    """What ``Sessions.merge`` merges, as :meth:`MergedOnTimePanes._merges`
+    gives it, computed on the windows' microseconds instead of ``Timestamp``
+    objects: windows in order of start, each run of overlapping ones merged
+    into one from the run's first start to its greatest end."""
+    from apache_beam.transforms.window import IntervalWindow
+    from apache_beam.utils.timestamp import Timestamp
+
+    merged_away: dict[Any, Any] = {}
+
+    def close(run: list, end: int) -> None:
+        if len(run) > 1:
+            result = IntervalWindow(Timestamp(micros=run[0]._start_micros), Timestamp(micros=end))
+            kept = window_key(result)
+            for window in run:
+                k = window_key(window)
+                if k != kept:
+                    merged_away[k] = result
+
+    run: list = []
+    end = 0
+    for window in sorted(windows, key=_start_micros):
+        if run and end > window._start_micros:
+            run.append(window)
+            end = max(end, window._end_micros)
+        else:
+            close(run, end)
+            run, end = [window], window._end_micros
+    close(run, end)
+    return merged_away
+
+
+def _start_micros(window: Any) -> int:
+    return window._start_micros
 
 
 def pane_driver(windowing: Any) -> Any:

@@ -1,15 +1,17 @@
 """Beam's standard window functions' ``assign``, in integer microseconds.
 
 ``FixedWindows.assign`` builds five ``Timestamp`` and ``Duration`` objects
-and an ``IntervalWindow`` for every element it is called on, and a
+and an ``IntervalWindow`` for every element it is called on (``Sessions``
+three), and a
 ``TimestampedValue`` output in the global window builds ``GlobalWindow()``,
 whose ``__init__`` re-reads the end of the global window from Beam's
 protos each time. In a windowed aggregation that was the largest share of a
 task (``benchmarks/runner_profile.py --only windows``). The windows of
-:class:`GlobalWindows`, :class:`FixedWindows` and :class:`SlidingWindows`
-depend on the timestamp alone, so :func:`assigner` computes them from the
-timestamp's microseconds with Beam's arithmetic and hands out the same
-window tuples again for timestamps in the same windows.
+:class:`GlobalWindows`, :class:`FixedWindows`, :class:`SlidingWindows` and
+:class:`Sessions` depend on the timestamp alone, so :func:`assigner`
+computes them from the timestamp's microseconds with Beam's arithmetic and,
+but for sessions (a window per timestamp), hands out the same window tuples
+again for timestamps in the same windows.
 
 Only those exact classes: a subclass may assign otherwise, and any other
 window function keeps its own ``assign``.
@@ -18,7 +20,14 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from apache_beam.transforms.window import FixedWindows, GlobalWindow, GlobalWindows, IntervalWindow, SlidingWindows
+from apache_beam.transforms.window import (
+    FixedWindows,
+    GlobalWindow,
+    GlobalWindows,
+    IntervalWindow,
+    Sessions,
+    SlidingWindows,
+)
 from apache_beam.utils.timestamp import Timestamp
 
 #: Distinct window tuples kept per window function before the cache starts
@@ -31,7 +40,7 @@ _GLOBAL = (GlobalWindow(),)
 def assigner(windowfn: Any) -> Callable[[int], tuple] | None:
     """``windows(timestamp_micros)``: the windows ``windowfn`` assigns an element
     at that time, as a tuple in Beam's order; None unless ``windowfn`` is one of
-    Beam's global, fixed or sliding window functions (not a subclass).
+    Beam's global, fixed, sliding or session window functions (not a subclass).
 
     >>> from apache_beam.transforms.window import FixedWindows
     >>> assigner(FixedWindows(60))(90_000_000)
@@ -44,6 +53,10 @@ def assigner(windowfn: Any) -> Callable[[int], tuple] | None:
         return _fixed(windowfn.size.micros, windowfn.offset.micros)
     if kind is SlidingWindows:
         return _sliding(windowfn.size.micros, windowfn.period.micros, windowfn.offset.micros)
+    if kind is Sessions:
+        gap = windowfn.gap_size.micros
+        # Beam: IntervalWindow(timestamp, timestamp + gap_size).
+        return lambda micros: (_interval(micros, micros + gap),)
     return None
 
 
