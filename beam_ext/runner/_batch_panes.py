@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 from apache_beam.transforms import trigger
+from apache_beam.transforms.window import WindowFn
 from apache_beam.utils import windowed_value
 from apache_beam.utils.windowed_value import create as new_windowed
 
@@ -100,19 +101,10 @@ class MergedOnTimePanes:
 
     def _merges(self, windows: list) -> dict[Any, Any]:
         """window_key -> the window it merges into, for windows that merge into another."""
-        from apache_beam.transforms.window import WindowFn
-
-        merged_away: dict[Any, Any] = {}
-
-        class _Merge(WindowFn.MergeContext):
-            def merge(self, to_be_merged: Iterable[Any], merge_result: Any) -> None:
-                for window in to_be_merged:
-                    if window != merge_result:
-                        merged_away[window_key(window)] = merge_result
-
         # The set Beam's driver passes (its known windows, none yet, and these).
-        self._windowfn.merge(_Merge(set().union(windows)))
-        return merged_away
+        context = _MergedAway(set().union(windows))
+        self._windowfn.merge(context)
+        return context.merged_away
 
     def process_entire_key(self, key: Any, values: Iterable[windowed_value.WindowedValue]
                            ) -> Iterator[windowed_value.WindowedValue]:
@@ -142,7 +134,7 @@ class MergedOnTimePanes:
                 k = window_key(window)
             into = merged.get(k)
             if into is None:
-                merged[k] = (window, list(grouped), list(timestamps))
+                merged[k] = (window, grouped, timestamps)  # by_window's lists, each read once
             else:
                 into[1].extend(grouped)
                 into[2].extend(timestamps)
@@ -154,6 +146,19 @@ class MergedOnTimePanes:
             output_time = impl.merge(window, (impl.assign_output_time(window, t) for t in timestamps))
             yield windowed_value.WindowedValue(
                 (key, grouped), window.max_timestamp() if output_time is None else output_time, (window,), ON_TIME)
+
+
+class _MergedAway(WindowFn.MergeContext):
+    """A merge context that records, by window_key, the window each merged window went into."""
+
+    def __init__(self, windows: Iterable[Any]) -> None:
+        super().__init__(windows)
+        self.merged_away: dict[Any, Any] = {}
+
+    def merge(self, to_be_merged: Iterable[Any], merge_result: Any) -> None:
+        for window in to_be_merged:
+            if window != merge_result:
+                self.merged_away[window_key(window)] = merge_result
 
 
 def _session_merges(windows: list) -> dict[Any, Any]:

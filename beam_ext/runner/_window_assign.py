@@ -2,10 +2,9 @@
 
 ``FixedWindows.assign`` builds five ``Timestamp`` and ``Duration`` objects
 and an ``IntervalWindow`` for every element it is called on (``Sessions``
-three), and a
-``TimestampedValue`` output in the global window builds ``GlobalWindow()``,
-whose ``__init__`` re-reads the end of the global window from Beam's
-protos each time. In a windowed aggregation that was the largest share of a
+three), and a ``TimestampedValue`` output in the global window builds
+``GlobalWindow()``, whose ``__init__`` re-reads the end of the global window
+from Beam's protos each time. In a windowed aggregation that was the largest share of a
 task (``benchmarks/runner_profile.py --only windows``). The windows of
 :class:`GlobalWindows`, :class:`FixedWindows`, :class:`SlidingWindows` and
 :class:`Sessions` depend on the timestamp alone, so :func:`assigner`

@@ -387,7 +387,7 @@ def _assign_windows(name: str, windows_at: Callable[[int], tuple], tracker: _Tra
                 for _ in template.windows:
                     yield new
                 continue
-            out = []
+            out: list = []
             for wv in batch:
                 micros = wv.timestamp_micros
                 new_windows = windows_at(micros)
