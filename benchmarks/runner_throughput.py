@@ -1,9 +1,9 @@
 """SparkRunner vs DirectRunner vs hand-written PySpark, same machine, same run.
 
-Six pipelines: wordcount over generated text, a per-key mean whose values
+Seven pipelines: wordcount over generated text, a per-key mean whose values
 come from a side-input dict, CombinePerKey over generated pairs, GroupByKey
 with many keys, a side-input join, and CombinePerKey in one-minute fixed
-windows. Each runs on SparkRunner (local[2]),
+windows and in sessions. Each runs on SparkRunner (local[2]),
 on Beam's DirectRunner as users get it (``beam.runners.DirectRunner()``,
 which for a batch pipeline hands over to the FnApiRunner, in-process) and as
 the same logic written directly with PySpark RDDs. Spark session and Python
@@ -137,21 +137,25 @@ def beam_windowed(p, n, keys):
             | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
 
 
-def _session_events(n: int, keys: int):
-    """Shard ``s``'s events: each key's come 25 s apart in runs of 8, runs 5 minutes apart."""
+def _session_events(n: int, keys: int, timestamped: bool):
+    """Shard ``s``'s events: each key's come 25 s apart in runs of 8, runs 5 minutes apart;
+    Beam's ``TimestampedValue`` or, for PySpark, ``(key, value, seconds)``."""
     per = n // _SHARDS
 
     def gen(shard: int):
         for i in range(shard * per, (shard + 1) * per):
             j = i // keys
-            yield window.TimestampedValue((i % keys, i), j * 25 + j // 8 * 300)
+            if timestamped:
+                yield window.TimestampedValue((i % keys, i), j * 25 + j // 8 * 300)
+            else:
+                yield i % keys, i, j * 25 + j // 8 * 300
     return gen
 
 
 def beam_sessions(p, n, keys):
     """Numbers summed per key in sessions of a one-minute gap (8 events each); the sessions counted."""
     return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle()
-            | beam.FlatMap(_session_events(n, keys))
+            | beam.FlatMap(_session_events(n, keys, True))
             | beam.WindowInto(window.Sessions(60)) | beam.CombinePerKey(sum)
             | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
 
@@ -186,6 +190,24 @@ def rdd_windowed(sc, n, keys):
             .map(lambda e: ((e[0], e[2] - e[2] % 60), e[1])).reduceByKey(operator.add).count())
 
 
+def _session_sums(events) -> list:
+    """A key's ``(seconds, value)`` events summed per session of a one-minute gap, as Beam's
+    ``Sessions(60)`` merges them: a new session where an event starts at or after the last one's end."""
+    sums: list = []
+    end = None
+    for ts, value in sorted(events):
+        if end is None or ts >= end:
+            sums.append(0)
+        sums[-1] += value
+        end = ts + 60 if end is None or ts + 60 > end else end
+    return sums
+
+
+def rdd_sessions(sc, n, keys):
+    return (sc.parallelize(range(_SHARDS), _SHARDS).flatMap(_session_events(n, keys, False))
+            .map(lambda e: (e[0], (e[2], e[1]))).groupByKey().flatMap(lambda kv: _session_sums(kv[1])).count())
+
+
 def rdd_side_join(sc, n, side_size):
     side = sc.broadcast({i: i * 2 for i in range(side_size)})
     per = n // _SHARDS
@@ -195,7 +217,7 @@ def rdd_side_join(sc, n, side_size):
 
 
 # -- cases ----------------------------------------------------------------------
-PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "windowed")
+PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "windowed", "sessions")
 SWEPT = ("wordcount", "side_mean")
 
 
@@ -238,6 +260,9 @@ def case(name: str, n: int, texts: _Texts, sc) -> tuple[str, Callable, Callable]
     if name == "windowed":
         return (f"CombinePerKey in 1-minute windows ({_COMBINE_KEYS:,} keys)",
                 lambda p: beam_windowed(p, n, _COMBINE_KEYS), lambda: rdd_windowed(sc, n, _COMBINE_KEYS))
+    if name == "sessions":
+        return (f"CombinePerKey in sessions, 1-minute gap ({_COMBINE_KEYS:,} keys)",
+                lambda p: beam_sessions(p, n, _COMBINE_KEYS), lambda: rdd_sessions(sc, n, _COMBINE_KEYS))
     raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 
