@@ -19,6 +19,7 @@ from pipeline_outputs import spark_equals_direct
 
 from beam_ext.runner._batch_panes import MergedOnTimePanes, OnTimePanes, pane_driver
 
+
 class _Sessions(window.Sessions):
     """Merged through its own ``merge``, not the integer copy of ``Sessions.merge``."""
 
