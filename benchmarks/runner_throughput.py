@@ -116,48 +116,44 @@ def beam_side_join(p, n, side_size):
             | beam.CombineGlobally(sum))
 
 
-def _timed_pairs(n: int, keys: int, timestamped: bool):
-    """Shard ``s``'s ``(key, value)`` pairs at one-second timestamps over a day: Beam's
+def _events(n: int, keys: int, seconds: Callable[[int], int], timestamped: bool):
+    """Shard ``s``'s ``(key, value)`` pairs, the ``i``-th at ``seconds(i)``: Beam's
     ``TimestampedValue`` or, for PySpark, ``(key, value, seconds)``."""
     per = n // _SHARDS
 
     def gen(shard: int):
         start = shard * per
         if timestamped:
-            return (window.TimestampedValue((i % keys, i), i % 86_400) for i in range(start, start + per))
-        return ((i % keys, i, i % 86_400) for i in range(start, start + per))
+            return (window.TimestampedValue((i % keys, i), seconds(i)) for i in range(start, start + per))
+        return ((i % keys, i, seconds(i)) for i in range(start, start + per))
     return gen
+
+
+def _timed_pairs(n: int, keys: int, timestamped: bool):
+    """One-second timestamps over a day."""
+    return _events(n, keys, lambda i: i % 86_400, timestamped)
+
+
+def _session_events(n: int, keys: int, timestamped: bool):
+    """Each key's events 25 s apart in runs of 8, runs 5 minutes apart."""
+    return _events(n, keys, lambda i: i // keys * 25 + i // keys // 8 * 300, timestamped)
+
+
+def _windowed_sum(p, events, windowfn):
+    """``events`` summed per key and window; the key-windows counted."""
+    return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle() | beam.FlatMap(events)
+            | beam.WindowInto(windowfn) | beam.CombinePerKey(sum)
+            | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
 
 
 def beam_windowed(p, n, keys):
     """Numbers summed per key in one-minute fixed windows; the key-windows counted."""
-    return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle()
-            | beam.FlatMap(_timed_pairs(n, keys, True))
-            | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
-            | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
-
-
-def _session_events(n: int, keys: int, timestamped: bool):
-    """Shard ``s``'s events: each key's come 25 s apart in runs of 8, runs 5 minutes apart;
-    Beam's ``TimestampedValue`` or, for PySpark, ``(key, value, seconds)``."""
-    per = n // _SHARDS
-
-    def gen(shard: int):
-        for i in range(shard * per, (shard + 1) * per):
-            j = i // keys
-            if timestamped:
-                yield window.TimestampedValue((i % keys, i), j * 25 + j // 8 * 300)
-            else:
-                yield i % keys, i, j * 25 + j // 8 * 300
-    return gen
+    return _windowed_sum(p, _timed_pairs(n, keys, True), window.FixedWindows(60))
 
 
 def beam_sessions(p, n, keys):
     """Numbers summed per key in sessions of a one-minute gap (8 events each); the sessions counted."""
-    return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle()
-            | beam.FlatMap(_session_events(n, keys, True))
-            | beam.WindowInto(window.Sessions(60)) | beam.CombinePerKey(sum)
-            | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.Globally())
+    return _windowed_sum(p, _session_events(n, keys, True), window.Sessions(60))
 
 
 # -- the same logic as hand-written PySpark ---------------------------------

@@ -55,9 +55,10 @@ class OnTimePanes:
             for wv in values:
                 value = wv.value
                 for window in wv.windows:
-                    pane = by_window.get(window_key(window))
+                    k = window_key(window)
+                    pane = by_window.get(k)
                     if pane is None:
-                        by_window[window_key(window)] = (window, [value])
+                        by_window[k] = (window, [value])
                     else:
                         pane[1].append(value)
             for window, grouped in by_window.values():
@@ -68,10 +69,11 @@ class OnTimePanes:
         for wv in values:
             value, timestamp = wv.value, wv.timestamp
             for window in wv.windows:
-                pane = by_window.get(window_key(window))
+                k = window_key(window)
+                pane = by_window.get(k)
                 output_time = assign(window, timestamp)
                 if pane is None:
-                    by_window[window_key(window)] = [window, [value], output_time]
+                    by_window[k] = [window, [value], output_time]
                 else:
                     pane[1].append(value)
                     pane[2] = combine(pane[2], output_time)
