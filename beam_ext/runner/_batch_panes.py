@@ -28,6 +28,7 @@ from apache_beam.transforms.window import WindowFn
 from apache_beam.utils import windowed_value
 from apache_beam.utils.windowed_value import create as new_windowed
 
+from beam_ext.runner._window_assign import interval
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 
 # What Beam's GeneralTriggerDriver gives the one firing of the default
@@ -168,14 +169,11 @@ def _session_merges(windows: list) -> dict[Any, Any]:
     gives it, computed on the windows' microseconds instead of ``Timestamp``
     objects: windows in order of start, each run of overlapping ones merged
     into one from the run's first start to its greatest end."""
-    from apache_beam.transforms.window import IntervalWindow
-    from apache_beam.utils.timestamp import Timestamp
-
     merged_away: dict[Any, Any] = {}
 
     def close(run: list, end: int) -> None:
         if len(run) > 1:
-            result = IntervalWindow(Timestamp(micros=run[0]._start_micros), Timestamp(micros=end))
+            result = interval(run[0]._start_micros, end)
             kept = window_key(result)
             for window in run:
                 k = window_key(window)

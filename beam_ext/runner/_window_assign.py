@@ -55,7 +55,7 @@ def assigner(windowfn: Any) -> Callable[[int], tuple] | None:
     if kind is Sessions:
         gap = windowfn.gap_size.micros
         # Beam: IntervalWindow(timestamp, timestamp + gap_size).
-        return lambda micros: (_interval(micros, micros + gap),)
+        return lambda micros: (interval(micros, micros + gap),)
     return None
 
 
@@ -69,7 +69,7 @@ def _fixed(size: int, offset: int) -> Callable[[int], tuple]:
         if found is None:
             if len(cache) >= CACHED:
                 cache.clear()
-            found = cache[start] = (_interval(start, start + size),)
+            found = cache[start] = (interval(start, start + size),)
         return found
     return windows
 
@@ -86,10 +86,11 @@ def _sliding(size: int, period: int, offset: int) -> Callable[[int], tuple]:
             if len(cache) >= CACHED:
                 cache.clear()
             found = cache[last, count] = tuple(
-                _interval(start, start + size) for start in range(last, micros - size, -period))
+                interval(start, start + size) for start in range(last, micros - size, -period))
         return found
     return windows
 
 
-def _interval(start: int, end: int) -> IntervalWindow:
+def interval(start: int, end: int) -> IntervalWindow:
+    """``IntervalWindow`` from ``start`` to ``end`` microseconds."""
     return IntervalWindow(Timestamp(micros=start), Timestamp(micros=end))

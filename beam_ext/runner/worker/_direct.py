@@ -18,7 +18,8 @@ steps run as Beam's ``DoFnRunner`` and ``PGBKCVOperation`` would run them:
   kept, as Beam's ``_OutputHandler`` does; a ``TaggedOutput`` fails (the
   step declares no tagged output);
 - the partial combine keeps one accumulator per key (per key and window
-  outside default windowing), evicts a tenth of its keys when it holds
+  outside default windowing; per key and merged session in sessions,
+  :mod:`beam_ext.runner.worker._partial_sessions`), evicts a tenth of its keys when it holds
   Beam's maximum, compacts what it emits and stamps non-default windows'
   outputs as Beam does (end of window, or the timestamp combiner's value);
 - an output feeding a GroupByKey is written as the bundle processor's
@@ -50,6 +51,7 @@ from beam_ext.runner._shuffle import Buckets, ShuffleWriter
 from beam_ext.runner._window_assign import assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
+from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
 from beam_ext.runner.worker._setup import WorkerSetup
 
 
@@ -628,6 +630,9 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     # only at the end of the window, as there is no output time to track.
     plain = (_plain_adds(fn) if (default or combiner is None) and not unkeyed and not args and not kwargs
              else None)
+    # Sessions are merged per key before the shuffle, not kept per element.
+    sessions = (PartialSessions(create, add_all, compact) if not unkeyed and merges_partially(windowing)
+                else None)
     global_wv = GlobalWindows.windowed_value(None)
     table: dict = Counter() if plain is _COUNTS else {}
     window_of: dict = {}  # window_key -> window, for plain windowed accumulators
@@ -739,7 +744,9 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             tracker.enter(state)
             try:
                 same = type(batch) is Same
-                if plain:
+                if sessions is not None:
+                    out = sessions.add(batch)
+                elif plain:
                     plain[0](table, (batch.values if same else [wv.value for wv in batch]) if default
                              else windowed_pairs(batch))
                     if len(table) > max_keys:
@@ -771,7 +778,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
                 yield Same(global_wv, out) if default else out
         tracker.enter(state)
         try:
-            out = [emit(wkey, entry) for wkey, entry in table.items()]
+            out = sessions.flush() if sessions is not None else [emit(wkey, entry) for wkey, entry in table.items()]
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise StepFailed(traceback.format_exc() + _STEP_TAG % combine.name) from exc
         table.clear()

@@ -1,0 +1,123 @@
+"""The partial combine of a ``CombinePerKey`` in sessions: sessions merged before the shuffle.
+
+Beam's partial combine (``PGBKCVOperation``) keeps an accumulator per key
+and window. In sessions every element has its own window (from its
+timestamp to timestamp + gap), so it combines nothing: each element becomes
+an accumulator, shuffled with its window, and the sessions are merged only
+by the grouping after the shuffle. :class:`PartialSessions` merges the
+windows a task holds of a key first, as ``Sessions.merge`` would (sorted by
+start, each run of overlapping windows merged into one from the run's
+first start to its greatest end), and shuffles an accumulator per merged
+window.
+
+The result after the shuffle is the same. A merged window covers exactly
+the windows merged into it, with no gap, so it overlaps another window
+exactly when one of them does: the grouping's merge makes the same sessions
+of merged windows as of the elements' own. Each session's accumulator is
+the merge of accumulators over the same values, which a ``CombineFn``
+promises gives the same result in any grouping.
+
+Only Beam's exact ``Sessions`` (a subclass may merge otherwise), at the end
+of the window (another timestamp combiner would need each value's output
+time carried) and under the default trigger. The held elements are bounded:
+at :data:`HELD` they are all merged and emitted, which only makes the merged
+windows finer.
+"""
+from __future__ import annotations
+
+from operator import itemgetter
+from typing import Any, Callable
+
+from apache_beam.utils.windowed_value import create as new_windowed
+
+from beam_ext.runner._element_batches import Same
+from beam_ext.runner._window_assign import interval
+from beam_ext.runner._window_keys import max_timestamp_micros
+
+#: Elements held across keys before all are merged and emitted; as many
+#: ``(start, end, value)`` entries take some 25 MB.
+HELD = 200_000
+
+_start = itemgetter(0)
+
+
+def merges_partially(windowing: Any) -> bool:
+    """Whether a partial combine in ``windowing`` may merge sessions before the shuffle."""
+    from apache_beam.transforms.trigger import DefaultTrigger
+    from apache_beam.transforms.window import Sessions, TimestampCombiner
+
+    return (type(windowing.windowfn) is Sessions and windowing.triggerfn == DefaultTrigger()
+            and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW)
+
+
+class PartialSessions:
+    """A task's elements of each key, merged into sessions and combined when emitted.
+
+    ``create``, ``add_all`` and ``compact`` are the ``CombineFn``'s
+    (``compact`` None where it has none); :meth:`add` takes a batch of
+    ``(key, value)`` elements in session windows.
+    """
+
+    def __init__(self, create: Callable[[], Any], add_all: Callable[[Any, list], Any],
+                 compact: Callable[[Any], Any] | None, held: int = HELD) -> None:
+        self._create, self._add_all, self._compact = create, add_all, compact
+        self._bound = held
+        self._held = 0
+        # key -> [(start micros, end micros, value, window)] in arrival order.
+        self._by_key: dict[Any, list] = {}
+
+    def add(self, batch: Same | list) -> list:
+        """Holds a batch's elements; the merged accumulators of all held elements
+        once :data:`HELD` are held, else nothing."""
+        by_key = self._by_key
+        if type(batch) is Same:
+            windows = batch.template.windows
+            for key, value in batch.values:
+                held = by_key.get(key)
+                if held is None:
+                    held = by_key[key] = []
+                for window in windows:
+                    held.append((window._start_micros, window._end_micros, value, window))
+            self._held += len(batch.values) * len(windows)
+        else:
+            for wv in batch:
+                key, value = wv.value
+                held = by_key.get(key)
+                if held is None:
+                    held = by_key[key] = []
+                for window in wv.windows:
+                    held.append((window._start_micros, window._end_micros, value, window))
+                    self._held += 1
+        return self.flush() if self._held >= self._bound else []
+
+    def flush(self) -> list:
+        """Every held element merged into its key's sessions: one element
+        ``(key, accumulator)`` per session, stamped at its end; none held after."""
+        out: list = []
+        emit = self._emit
+        for key, held in self._by_key.items():
+            held.sort(key=_start)  # stable: a session's values in arrival order where starts tie
+            first = held[0]
+            run, start, end = [first[2]], first[0], first[1]
+            window = first[3]
+            for entry in held[1:]:
+                if end > entry[0]:  # Sessions.merge: overlaps the run so far
+                    run.append(entry[2])
+                    if entry[1] > end:
+                        end = entry[1]
+                    window = None
+                else:
+                    out.append(emit(key, run, start, end, window))
+                    run, start, end, window = [entry[2]], entry[0], entry[1], entry[3]
+            out.append(emit(key, run, start, end, window))
+        self._by_key.clear()
+        self._held = 0
+        return out
+
+    def _emit(self, key: Any, values: list, start: int, end: int, window: Any) -> Any:
+        accumulator = self._add_all(self._create(), values)
+        if self._compact is not None:
+            accumulator = self._compact(accumulator)
+        if window is None:  # several windows merged: a new one, as Sessions.merge makes
+            window = interval(start, end)
+        return new_windowed((key, accumulator), max_timestamp_micros(window), (window,))
