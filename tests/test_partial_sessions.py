@@ -93,6 +93,27 @@ def test_partial_sessions_merged_after_the_shuffle_equal_beams_sessions(name, ev
 
 
 @settings(max_examples=40, deadline=None)
+@given(events=EVENTS, sizes=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+       held=st.sampled_from([1, 3, 10_000]), copies=st.integers(1, 3))
+def test_partial_sessions_of_elements_not_yet_windowed_equal_beams_sessions(events, sizes, held, copies):
+    # The WindowInto folded in: elements in the windows they had before (one
+    # copy per window, as Beam's AssignWindows outputs them), each put in the
+    # session from its timestamp to timestamp + gap.
+    fn = COMBINE_FNS["sum"]
+    before = window.SlidingWindows(copies, 1) if copies > 1 else window.GlobalWindows()
+    elements, unwindowed = [], []
+    for wv in _elements(events):
+        windows = tuple(before.assign(window.WindowFn.AssignContext(wv.timestamp)))
+        assert len(windows) == copies
+        unwindowed.append(WindowedValue(wv.value, wv.timestamp, windows))
+        elements += [wv] * copies
+    partial = PartialSessions(fn.create_accumulator, fn.add_inputs, fn.compact, held=held, gap=GAP * 1_000_000)
+    out = [wv for batch in _in_batches(unwindowed, sizes) for wv in partial.add(batch)] + partial.flush()
+    assert all(len(wv.windows) == 1 and wv.timestamp == wv.windows[0].max_timestamp() for wv in out)
+    assert _sessions(out, fn, accumulators=True) == _sessions(elements, fn, accumulators=False)
+
+
+@settings(max_examples=40, deadline=None)
 @given(events=EVENTS, size=st.integers(1, 9))
 def test_the_partial_combine_step_merges_sessions(events, size):
     # Through the step as a task runs it: batches of elements with their own
@@ -119,15 +140,20 @@ def test_only_beams_sessions_at_the_end_of_the_window_merge_partially(windowing,
     assert merges_partially(windowing) is merges
 
 
-def test_a_sessions_combine_equals_direct_runner(spark, tmp_path):
+@pytest.mark.parametrize("between", [False, True], ids=["window_into_folded_in", "a_map_between"])
+def test_a_sessions_combine_equals_direct_runner(spark, tmp_path, between):
     # Runs of a key's events 3 s apart, runs 20 s apart, spread over the
     # input's partitions, so each session's events are partly merged in
-    # several tasks before the shuffle.
+    # several tasks before the shuffle. The WindowInto is folded into the
+    # combine, or kept (a step between).
     def build(p):
-        return (p | beam.Create([(k, i) for i in range(600) for k in "abcd"])
-                | beam.Reshuffle()
-                | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] * 3 + kv[1] // 7 * 20))
-                | beam.WindowInto(window.Sessions(10))
+        events = (p | beam.Create([(k, i) for i in range(600) for k in "abcd"])
+                  | beam.Reshuffle()
+                  | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] * 3 + kv[1] // 7 * 20))
+                  | beam.WindowInto(window.Sessions(10)))
+        if between:
+            events = events | "Between" >> beam.Map(lambda kv: kv)
+        return (events
                 | beam.CombinePerKey(combiners.MeanCombineFn())
                 | beam.Map(lambda kv, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam:
                            (kv[0], kv[1], repr(w), float(t))))

@@ -597,13 +597,16 @@ _first = itemgetter(0)
 
 
 def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batches: Iterator[Same | list],
-                max_keys: int | None = None, unkeyed: bool = False) -> Iterator[Same | list]:
+                max_keys: int | None = None, unkeyed: bool = False, gap: int | None = None
+                ) -> Iterator[Same | list]:
     """Beam's ``PGBKCVOperation`` over the task's input: one flush at the end, not one per bundle.
 
     ``max_keys``: the keys held before a tenth are evicted; Beam's bound by
     default. ``unkeyed``: the input is the values alone, each under the key
     None (``CombineGlobally``'s key-with-None step, folded in; default
-    windowing only)."""
+    windowing only). ``gap``: the input is not yet in its sessions of that
+    gap in microseconds (the ``WindowInto`` before, folded in; see
+    :class:`PartialSessions`)."""
     from apache_beam.internal import pickler
     from apache_beam.transforms import core
     from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
@@ -631,8 +634,9 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     plain = (_plain_adds(fn) if (default or combiner is None) and not unkeyed and not args and not kwargs
              else None)
     # Sessions are merged per key before the shuffle, not kept per element.
-    sessions = (PartialSessions(create, add_all, compact) if not unkeyed and merges_partially(windowing)
-                else None)
+    sessions = (PartialSessions(create, add_all, compact, gap=gap)
+                if not unkeyed and merges_partially(windowing) else None)
+    assert gap is None or sessions is not None
     global_wv = GlobalWindows.windowed_value(None)
     table: dict = Counter() if plain is _COUNTS else {}
     window_of: dict = {}  # window_key -> window, for plain windowed accumulators
@@ -928,6 +932,14 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
                    and steps[-1][1] is not None and _map_fn(steps[-1][1][0]) is _key_with_none)
     if unkeyed:
         steps.pop()
+    # A WindowInto sessions just before a combine that merges them: folded
+    # in, the sessions computed from the timestamps without a window per element.
+    gap = None
+    if (chain.precombine is not None and merges_partially(chain.precombine.windowing) and steps
+            and steps[-1][1] is not None and type(steps[-1][1][0]) is AssignWindows
+            and steps[-1][1][0].windowfn == chain.precombine.windowing.windowfn):
+        gap = chain.precombine.windowing.windowfn.gap_size.micros
+        steps.pop()
     try:
         for step, info in steps:
             if info is None:
@@ -945,7 +957,8 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
         if chain.precombine is not None:
             container = MetricsContainer(chain.precombine.name)
             containers.append((chain.precombine.name, container))
-            batches = _precombine(chain.precombine, tracker, _State(container), batches, unkeyed=unkeyed)
+            batches = _precombine(chain.precombine, tracker, _State(container), batches, unkeyed=unkeyed,
+                                  gap=gap)
         if chain.shuffle is not None:
             yield from _shuffled(chain, batches)
         elif batches_out:

@@ -55,13 +55,18 @@ class PartialSessions:
 
     ``create``, ``add_all`` and ``compact`` are the ``CombineFn``'s
     (``compact`` None where it has none); :meth:`add` takes a batch of
-    ``(key, value)`` elements in session windows.
+    ``(key, value)`` elements in session windows or, given the sessions'
+    ``gap`` in microseconds, elements not yet windowed: the ``WindowInto``
+    before the combine folded in, each element in the session from its
+    timestamp to timestamp + gap once per window it was in (as Beam's
+    ``AssignWindows`` outputs it), with no window object made for it.
     """
 
     def __init__(self, create: Callable[[], Any], add_all: Callable[[Any, list], Any],
-                 compact: Callable[[Any], Any] | None, held: int = HELD) -> None:
+                 compact: Callable[[Any], Any] | None, held: int = HELD, gap: int | None = None) -> None:
         self._create, self._add_all, self._compact = create, add_all, compact
         self._bound = held
+        self._gap = gap
         self._held = 0
         # key -> [(start micros, end micros, value, window)] in arrival order.
         self._by_key: dict[Any, list] = {}
@@ -70,7 +75,9 @@ class PartialSessions:
         """Holds a batch's elements; the merged accumulators of all held elements
         once :data:`HELD` are held, else nothing."""
         by_key = self._by_key
-        if type(batch) is Same:
+        if self._gap is not None:
+            self._add_unwindowed(batch)
+        elif type(batch) is Same:
             windows = batch.template.windows
             for key, value in batch.values:
                 held = by_key.get(key)
@@ -89,6 +96,28 @@ class PartialSessions:
                     held.append((window._start_micros, window._end_micros, value, window))
                     self._held += 1
         return self.flush() if self._held >= self._bound else []
+
+    def _add_unwindowed(self, batch: Same | list) -> None:
+        by_key, gap = self._by_key, self._gap
+        if type(batch) is Same:
+            start = batch.template.timestamp_micros
+            entries = len(batch.template.windows)
+            for key, value in batch.values:
+                held = by_key.get(key)
+                if held is None:
+                    held = by_key[key] = []
+                held += [(start, start + gap, value, None)] * entries
+            self._held += len(batch.values) * entries
+            return
+        for wv in batch:
+            key, value = wv.value
+            held = by_key.get(key)
+            if held is None:
+                held = by_key[key] = []
+            start = wv.timestamp_micros
+            for _ in wv.windows:
+                held.append((start, start + gap, value, None))
+                self._held += 1
 
     def flush(self) -> list:
         """Every held element merged into its key's sessions: one element
@@ -118,6 +147,6 @@ class PartialSessions:
         accumulator = self._add_all(self._create(), values)
         if self._compact is not None:
             accumulator = self._compact(accumulator)
-        if window is None:  # several windows merged: a new one, as Sessions.merge makes
+        if window is None:  # merged (a new window, as Sessions.merge makes), or none made yet
             window = interval(start, end)
         return new_windowed((key, accumulator), max_timestamp_micros(window), (window,))
