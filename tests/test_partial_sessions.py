@@ -15,7 +15,7 @@ from apache_beam.metrics.execution import MetricsContainer
 from apache_beam.transforms import combiners, core, trigger, window
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pipeline_outputs import spark_equals_direct
 
@@ -36,6 +36,9 @@ COMBINE_FNS = {
 EVENTS = st.lists(st.tuples(st.integers(0, 2), st.integers(-50, 50), st.one_of(
     st.integers(-30, 60).map(lambda seconds: seconds * 1_000_000), st.integers(-30_000_000, 60_000_000))),
     max_size=50)
+# A key's windows [0, 10), [10, 20) and [25, 35), [30, 40): the first two only
+# touch and stay two sessions; the last two merge.
+TOUCHING = [(0, 1, 0), (0, 2, 10_000_000), (0, 3, 25_000_000), (0, 4, 30_000_000)]
 
 
 def _elements(events) -> list:
@@ -76,6 +79,7 @@ def _in_batches(elements, sizes):
 @settings(max_examples=60, deadline=None)
 @given(events=EVENTS, sizes=st.lists(st.integers(1, 9), min_size=1, max_size=4),
        held=st.sampled_from([1, 3, 7, 10_000]))
+@example(events=TOUCHING, sizes=[9], held=10_000)
 def test_partial_sessions_merged_after_the_shuffle_equal_beams_sessions(name, events, sizes, held):
     fn = COMBINE_FNS[name]
     elements = _elements(events)
@@ -95,6 +99,7 @@ def test_partial_sessions_merged_after_the_shuffle_equal_beams_sessions(name, ev
 @settings(max_examples=40, deadline=None)
 @given(events=EVENTS, sizes=st.lists(st.integers(1, 9), min_size=1, max_size=4),
        held=st.sampled_from([1, 3, 10_000]), copies=st.integers(1, 3))
+@example(events=TOUCHING, sizes=[9], held=10_000, copies=1)
 def test_partial_sessions_of_elements_not_yet_windowed_equal_beams_sessions(events, sizes, held, copies):
     # The WindowInto folded in: elements in the windows they had before (one
     # copy per window, as Beam's AssignWindows outputs them), each put in the

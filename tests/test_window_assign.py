@@ -1,6 +1,8 @@
 """The integer-microsecond window assignment against Beam's own ``assign``, and window keys against window equality."""
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from apache_beam import coders
 from apache_beam.transforms import window
@@ -106,3 +108,20 @@ def test_window_keys_are_equal_exactly_when_the_windows_are(a, b):
         if w.end < MAX_TIMESTAMP:
             assert max_timestamp_micros(w) == w.max_timestamp().micros
     assert window_key(window.GlobalWindow()) == window.GlobalWindow()
+
+
+@settings(max_examples=300, deadline=None)
+@given(start=st.integers(MIN_TIMESTAMP.micros, MAX_TIMESTAMP.micros),
+       end=st.integers(MIN_TIMESTAMP.micros, MAX_TIMESTAMP.micros))
+def test_a_window_made_from_micros_is_beams(start, end):
+    # Made as Beam's coder decodes one; the fast way is this Beam's (a Beam
+    # whose window state differs falls back to the constructor; this says so).
+    assert _window_assign.interval is _window_assign._interval_of_micros
+    made = _window_assign.interval(start, end)
+    want = window.IntervalWindow(Timestamp(micros=start), Timestamp(micros=end))
+    assert type(made) is window.IntervalWindow
+    assert made == want and hash(made) == hash(want) and repr(made) == repr(want)
+    assert (made.start, made.end, made.max_timestamp()) == (want.start, want.end, want.max_timestamp())
+    coder = coders.coders.IntervalWindowCoder()
+    assert coder.encode(made) == coder.encode(want)
+    assert pickle.loads(pickle.dumps(made)) == want

@@ -68,7 +68,8 @@ class PartialSessions:
         self._bound = held
         self._gap = gap
         self._held = 0
-        # key -> [(start micros, end micros, value, window)] in arrival order.
+        # key -> [(start micros, end micros, value, window)] in arrival order;
+        # [(start micros, value)] given the gap.
         self._by_key: dict[Any, list] = {}
 
     def add(self, batch: Same | list) -> list:
@@ -98,7 +99,8 @@ class PartialSessions:
         return self.flush() if self._held >= self._bound else []
 
     def _add_unwindowed(self, batch: Same | list) -> None:
-        by_key, gap = self._by_key, self._gap
+        # Held as (start, value): every end is start + gap.
+        by_key = self._by_key
         if type(batch) is Same:
             start = batch.template.timestamp_micros
             entries = len(batch.template.windows)
@@ -106,42 +108,65 @@ class PartialSessions:
                 held = by_key.get(key)
                 if held is None:
                     held = by_key[key] = []
-                held += [(start, start + gap, value, None)] * entries
+                held += [(start, value)] * entries
             self._held += len(batch.values) * entries
             return
+        count = 0
         for wv in batch:
             key, value = wv.value
             held = by_key.get(key)
             if held is None:
                 held = by_key[key] = []
-            start = wv.timestamp_micros
-            for _ in wv.windows:
-                held.append((start, start + gap, value, None))
-                self._held += 1
+            entries = len(wv.windows)
+            if entries == 1:
+                held.append((wv.timestamp_micros, value))
+            else:
+                held += [(wv.timestamp_micros, value)] * entries
+            count += entries
+        self._held += count
 
     def flush(self) -> list:
         """Every held element merged into its key's sessions: one element
         ``(key, accumulator)`` per session, stamped at its end; none held after."""
         out: list = []
-        emit = self._emit
         for key, held in self._by_key.items():
             held.sort(key=_start)  # stable: a session's values in arrival order where starts tie
-            first = held[0]
-            run, start, end = [first[2]], first[0], first[1]
-            window = first[3]
-            for entry in held[1:]:
-                if end > entry[0]:  # Sessions.merge: overlaps the run so far
-                    run.append(entry[2])
-                    if entry[1] > end:
-                        end = entry[1]
-                    window = None
-                else:
-                    out.append(emit(key, run, start, end, window))
-                    run, start, end, window = [entry[2]], entry[0], entry[1], entry[3]
-            out.append(emit(key, run, start, end, window))
+            if self._gap is None:
+                self._merge_windows(key, held, out)
+            else:
+                self._merge_starts(key, held, out)
         self._by_key.clear()
         self._held = 0
         return out
+
+    def _merge_windows(self, key: Any, held: list, out: list) -> None:
+        emit = self._emit
+        first = held[0]
+        run, start, end = [first[2]], first[0], first[1]
+        window = first[3]
+        for entry in held[1:]:
+            if end > entry[0]:  # Sessions.merge: overlaps the run so far
+                run.append(entry[2])
+                if entry[1] > end:
+                    end = entry[1]
+                window = None
+            else:
+                out.append(emit(key, run, start, end, window))
+                run, start, end, window = [entry[2]], entry[0], entry[1], entry[3]
+        out.append(emit(key, run, start, end, window))
+
+    def _merge_starts(self, key: Any, held: list, out: list) -> None:
+        # Windows of one size, in order of start: the run so far ends at its
+        # last start + gap, so a window starting at least a gap after the
+        # previous start begins the next session.
+        gap, emit = self._gap, self._emit
+        starts = [entry[0] for entry in held]
+        values = [entry[1] for entry in held]
+        cuts = [i for i, (before, start) in enumerate(zip(starts, starts[1:]), 1) if start - before >= gap]
+        first = 0
+        for cut in cuts + [len(starts)]:
+            out.append(emit(key, values[first:cut], starts[first], starts[cut - 1] + gap, None))
+            first = cut
 
     def _emit(self, key: Any, values: list, start: int, end: int, window: Any) -> Any:
         accumulator = self._add_all(self._create(), values)
