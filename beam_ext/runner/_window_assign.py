@@ -101,7 +101,10 @@ def _interval_of_micros(start: int, end: int) -> IntervalWindow:
     # constructor builds two pure-Python Timestamps and reads them back,
     # ten times the cost, once per session a partial combine emits.
     window = IntervalWindow(None, None)
-    window.__setstate_cython__((end, None, start, None))
+    try:
+        window.__setstate_cython__((end, None, start, None))
+    except OverflowError:  # beyond 64 bits: Beam's constructor clamps such a bound
+        return _interval_of_timestamps(start, end)
     return window
 
 
