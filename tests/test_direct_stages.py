@@ -376,6 +376,50 @@ def test_plain_windowed_partial_combines_equal_beams_per_key_and_window(fn, even
             == {k: fn.extract_output(a) for k, a in want.items()})
 
 
+@pytest.mark.parametrize("fn", PLAIN_FNS[:3] + [combiners.TopCombineFn(2)], ids=PLAIN_IDS[:3] + ["top"])
+@settings(max_examples=25, deadline=None)
+@given(events=st.lists(st.tuples(st.integers(0, 2), st.integers(-50, 50), st.integers(-20, 20)), max_size=60),
+       max_keys=st.sampled_from([None, 4]), windows=st.sampled_from(["fixed", "sliding"]),
+       copies=st.integers(1, 3), same=st.booleans())
+def test_a_window_into_folded_into_the_partial_combine_equals_beams(fn, events, max_keys, windows, copies, same):
+    # The WindowInto before the combine folded in: elements in the windows
+    # they had before (once per window, as Beam's AssignWindows outputs them),
+    # each added in the windows the WindowInto assigns. Plain accumulators
+    # take their windows with their keys; Top runs the WindowInto first.
+    # Batches sharing a timestamp too (``same``).
+    from apache_beam.internal import pickler
+    from apache_beam.metrics.execution import MetricsContainer
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    from beam_ext.runner import _element_batches as element_batches
+    from beam_ext.runner.worker import _direct
+
+    windowfn = WINDOWS[windows]
+    before = window.SlidingWindows(copies, 1) if copies > 1 else window.GlobalWindows()
+    combine = _direct.DirectCombine("Fn/Precombine", pickler.dumps((fn, [], {})), core.Windowing(windowfn))
+    if same:
+        events = [(k, v, 7) for k, v, _ in events]
+    values = [WindowedValue((k, v), ts, tuple(before.assign(window.WindowFn.AssignContext(ts))))
+              for k, v, ts in events]
+    out = [wv for batch in _direct._precombine(
+        combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
+        map(element_batches.as_batch, element_batches.batched(iter(values), 7)), max_keys=max_keys,
+        folded=windowfn)
+        for wv in element_batches.windowed(batch)]
+    assert all(len(wv.windows) == 1 and wv.timestamp == wv.windows[0].max_timestamp() for wv in out)
+    partials: dict = {}
+    for wv in out:
+        partials.setdefault((wv.value[0], wv.windows[0]), []).append(wv.value[1])
+    want: dict = {}
+    for wv in values:
+        for _ in wv.windows:  # Beam's AssignWindows: once per window the element was in
+            for w in windowfn.assign(window.WindowFn.AssignContext(wv.timestamp)):
+                key = (wv.value[0], w)
+                want[key] = fn.add_input(want.get(key, fn.create_accumulator()), wv.value[1])
+    assert ({k: fn.extract_output(fn.merge_accumulators(p)) for k, p in partials.items()}
+            == {k: fn.extract_output(a) for k, a in want.items()})
+
+
 @pytest.mark.parametrize("timestamps", sorted(COMBINERS))
 def test_the_partial_combine_keeps_each_window_of_an_element_apart(timestamps):
     # An element in several windows (a materialized sliding-window

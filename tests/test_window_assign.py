@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_ext.runner import _window_assign
-from beam_ext.runner._window_assign import assigner
+from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 
 # Microsecond sizes and offsets, so windows not a whole number of seconds are covered.
@@ -27,9 +27,10 @@ def _beam(windowfn, micros: int) -> tuple:
 @given(size=_SIZES, offset=st.integers(-10**10, 10**10), times=st.lists(_TIMES, min_size=1, max_size=20))
 def test_fixed_windows_are_beams(size, offset, times):
     windowfn = window.FixedWindows(window.Duration(micros=size), Timestamp(micros=offset))
-    windows_at = assigner(windowfn)
+    windows_at, keyed_at = assigner(windowfn), keyed_assigner(windowfn)
     for micros in times + times:  # again, from the cache
         assert windows_at(micros) == _beam(windowfn, micros)
+        assert keyed_at(micros) == tuple((window_key(w), w) for w in _beam(windowfn, micros))
 
 
 @settings(max_examples=300, deadline=None)
@@ -40,9 +41,10 @@ def test_sliding_windows_are_beams_in_beams_order(size, period, offset, times):
     period = min(max(period, size // 20), size * 3)  # at most 20 windows per element
     windowfn = window.SlidingWindows(window.Duration(micros=size), window.Duration(micros=period),
                                      Timestamp(micros=offset))
-    windows_at = assigner(windowfn)
+    windows_at, keyed_at = assigner(windowfn), keyed_assigner(windowfn)
     for micros in times + [t + 1 for t in times] + times:
         assert windows_at(micros) == _beam(windowfn, micros)
+        assert keyed_at(micros) == tuple((window_key(w), w) for w in _beam(windowfn, micros))
 
 
 @settings(max_examples=100, deadline=None)
@@ -69,6 +71,9 @@ class _Gaps(window.Sessions):
 def test_other_window_functions_keep_their_own_assign():
     assert assigner(_Shifted(5)) is None
     assert assigner(_Gaps(5)) is None
+    # Keyed windows: fixed and sliding only.
+    for windowfn in (_Shifted(5), window.Sessions(5), window.GlobalWindows()):
+        assert keyed_assigner(windowfn) is None
 
 
 def test_the_cache_starts_over_when_full(monkeypatch):

@@ -29,6 +29,8 @@ from apache_beam.transforms.window import (
 )
 from apache_beam.utils.timestamp import Timestamp
 
+from beam_ext.runner._window_keys import window_key
+
 #: Distinct window tuples kept per window function before the cache starts
 #: over: a task's data rarely spans more, and memory stays bounded if it does.
 CACHED = 1 << 16
@@ -59,7 +61,32 @@ def assigner(windowfn: Any) -> Callable[[int], tuple] | None:
     return None
 
 
-def _fixed(size: int, offset: int) -> Callable[[int], tuple]:
+def keyed_assigner(windowfn: Any) -> Callable[[int], tuple] | None:
+    """``pairs(timestamp_micros)``: ``(window_key(w), w)`` for each window ``w``
+    :func:`assigner` gives, for Beam's fixed and sliding windows (None for
+    others); for a table keyed by window, with no key computed per element.
+
+    >>> from apache_beam.transforms.window import FixedWindows
+    >>> keyed_assigner(FixedWindows(60))(90_000_000)
+    (((60000000, 120000000), [60.0, 120.0)),)
+    """
+    kind = type(windowfn)
+    if kind is FixedWindows:
+        return _fixed(windowfn.size.micros, windowfn.offset.micros, _keyed)
+    if kind is SlidingWindows:
+        return _sliding(windowfn.size.micros, windowfn.period.micros, windowfn.offset.micros, _keyed)
+    return None
+
+
+def _itself(window: IntervalWindow) -> IntervalWindow:
+    return window
+
+
+def _keyed(window: IntervalWindow) -> tuple:
+    return window_key(window), window
+
+
+def _fixed(size: int, offset: int, made: Callable[[IntervalWindow], Any] = _itself) -> Callable[[int], tuple]:
     cache: dict[int, tuple] = {}
 
     def windows(micros: int) -> tuple:
@@ -69,12 +96,13 @@ def _fixed(size: int, offset: int) -> Callable[[int], tuple]:
         if found is None:
             if len(cache) >= CACHED:
                 cache.clear()
-            found = cache[start] = (interval(start, start + size),)
+            found = cache[start] = (made(interval(start, start + size)),)
         return found
     return windows
 
 
-def _sliding(size: int, period: int, offset: int) -> Callable[[int], tuple]:
+def _sliding(size: int, period: int, offset: int,
+             made: Callable[[IntervalWindow], Any] = _itself) -> Callable[[int], tuple]:
     cache: dict[tuple[int, int], tuple] = {}
 
     def windows(micros: int) -> tuple:
@@ -86,7 +114,7 @@ def _sliding(size: int, period: int, offset: int) -> Callable[[int], tuple]:
             if len(cache) >= CACHED:
                 cache.clear()
             found = cache[last, count] = tuple(
-                interval(start, start + size) for start in range(last, micros - size, -period))
+                made(interval(start, start + size)) for start in range(last, micros - size, -period))
         return found
     return windows
 

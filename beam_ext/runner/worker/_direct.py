@@ -48,7 +48,7 @@ from apache_beam.utils.windowed_value import create as new_windowed
 from beam_ext.errors import BeamExtError
 from beam_ext.runner._element_batches import BATCH, Same, as_batch, windowed
 from beam_ext.runner._shuffle import Buckets, ShuffleWriter
-from beam_ext.runner._window_assign import assigner
+from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
 from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
@@ -597,16 +597,19 @@ _first = itemgetter(0)
 
 
 def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batches: Iterator[Same | list],
-                max_keys: int | None = None, unkeyed: bool = False, gap: int | None = None
+                max_keys: int | None = None, unkeyed: bool = False, folded: Any = None
                 ) -> Iterator[Same | list]:
     """Beam's ``PGBKCVOperation`` over the task's input: one flush at the end, not one per bundle.
 
     ``max_keys``: the keys held before a tenth are evicted; Beam's bound by
     default. ``unkeyed``: the input is the values alone, each under the key
     None (``CombineGlobally``'s key-with-None step, folded in; default
-    windowing only). ``gap``: the input is not yet in its sessions of that
-    gap in microseconds (the ``WindowInto`` before, folded in; see
-    :class:`PartialSessions`)."""
+    windowing only). ``folded``: the window function of a ``WindowInto``
+    folded in, the input not yet in its windows: sessions the combine merges
+    are computed from the timestamps (see :class:`PartialSessions`), plain
+    accumulators take fixed or sliding windows with their keys from
+    :func:`keyed_assigner`, with no window or key made per element; other
+    combines run the ``WindowInto`` first."""
     from apache_beam.internal import pickler
     from apache_beam.transforms import core
     from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
@@ -634,9 +637,13 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     plain = (_plain_adds(fn) if (default or combiner is None) and not unkeyed and not args and not kwargs
              else None)
     # Sessions are merged per key before the shuffle, not kept per element.
-    sessions = (PartialSessions(create, add_all, compact, gap=gap)
-                if not unkeyed and merges_partially(windowing) else None)
-    assert gap is None or sessions is not None
+    sessions = None
+    if not unkeyed and merges_partially(windowing):
+        gap = None if folded is None else folded.gap_size.micros
+        sessions = PartialSessions(create, add_all, compact, gap=gap)
+    keyed_at = keyed_assigner(folded) if folded is not None and plain and not default else None
+    if folded is not None and sessions is None and keyed_at is None:
+        batches = _assign_windows(combine.name, assigner(folded), tracker, state, batches)
     global_wv = GlobalWindows.windowed_value(None)
     table: dict = Counter() if plain is _COUNTS else {}
     window_of: dict = {}  # window_key -> window, for plain windowed accumulators
@@ -686,6 +693,29 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             key, value = wv.value
             for window in wv.windows:
                 k = window_key(window)
+                if k not in window_of:
+                    window_of[k] = window
+                append(((k, key), value))
+        return pairs
+
+    def folded_pairs(batch: Same | list) -> list:
+        """A batch's ``((window_key, key), value)`` pairs in the windows the folded
+        ``WindowInto`` assigns, once per window of each element it was in before."""
+        if type(batch) is Same:
+            keys = []
+            for k, window in keyed_at(batch.template.timestamp_micros):
+                keys.append(k)
+                window_of.setdefault(k, window)
+            keys *= len(batch.template.windows)
+            return [((k, key), value) for key, value in batch.values for k in keys]
+        pairs: list = []
+        append = pairs.append
+        for wv in batch:
+            key, value = wv.value
+            keyed = keyed_at(wv.timestamp_micros)
+            if len(wv.windows) != 1:
+                keyed *= len(wv.windows)
+            for k, window in keyed:
                 if k not in window_of:
                     window_of[k] = window
                 append(((k, key), value))
@@ -752,7 +782,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
                     out = sessions.add(batch)
                 elif plain:
                     plain[0](table, (batch.values if same else [wv.value for wv in batch]) if default
-                             else windowed_pairs(batch))
+                             else folded_pairs(batch) if keyed_at is not None else windowed_pairs(batch))
                     if len(table) > max_keys:
                         evict(out)
                 elif unkeyed:
@@ -932,14 +962,15 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
                    and steps[-1][1] is not None and _map_fn(steps[-1][1][0]) is _key_with_none)
     if unkeyed:
         steps.pop()
-    # A WindowInto sessions just before a combine that merges them: folded
-    # in, the sessions computed from the timestamps without a window per element.
-    gap = None
-    if (chain.precombine is not None and merges_partially(chain.precombine.windowing) and steps
-            and steps[-1][1] is not None and type(steps[-1][1][0]) is AssignWindows
-            and steps[-1][1][0].windowfn == chain.precombine.windowing.windowfn):
-        gap = chain.precombine.windowing.windowfn.gap_size.micros
-        steps.pop()
+    # A WindowInto just before the combine, into sessions it merges or
+    # fixed or sliding windows: folded in (see _precombine's ``folded``).
+    folded = None
+    if (chain.precombine is not None and steps and steps[-1][1] is not None
+            and type(steps[-1][1][0]) is AssignWindows
+            and steps[-1][1][0].windowfn == chain.precombine.windowing.windowfn
+            and (merges_partially(chain.precombine.windowing)
+                 or keyed_assigner(chain.precombine.windowing.windowfn) is not None)):
+        folded = steps.pop()[1][0].windowfn
     try:
         for step, info in steps:
             if info is None:
@@ -958,7 +989,7 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
             container = MetricsContainer(chain.precombine.name)
             containers.append((chain.precombine.name, container))
             batches = _precombine(chain.precombine, tracker, _State(container), batches, unkeyed=unkeyed,
-                                  gap=gap)
+                                  folded=folded)
         if chain.shuffle is not None:
             yield from _shuffled(chain, batches)
         elif batches_out:
