@@ -13,7 +13,11 @@ but for sessions (a window per timestamp), hands out the same window tuples
 again for timestamps in the same windows.
 
 Only those exact classes: a subclass may assign otherwise, and any other
-window function keeps its own ``assign``.
+window function keeps its own ``assign``. :func:`keyed_assigner` gives fixed
+and sliding windows with their table keys (:mod:`._window_keys`), for a
+partial combine that takes the windows of a ``WindowInto`` folded into it;
+:data:`interval` makes an ``IntervalWindow`` from microseconds as Beam's
+window coder does.
 """
 from __future__ import annotations
 

@@ -18,10 +18,11 @@ steps run as Beam's ``DoFnRunner`` and ``PGBKCVOperation`` would run them:
   kept, as Beam's ``_OutputHandler`` does; a ``TaggedOutput`` fails (the
   step declares no tagged output);
 - the partial combine keeps one accumulator per key (per key and window
-  outside default windowing; per key and merged session in sessions,
-  :mod:`beam_ext.runner.worker._partial_sessions`), evicts a tenth of its keys when it holds
-  Beam's maximum, compacts what it emits and stamps non-default windows'
-  outputs as Beam does (end of window, or the timestamp combiner's value);
+  outside default windowing; per key and merged session in sessions, see
+  :mod:`beam_ext.runner.worker._partial_sessions`), evicts a tenth of its
+  keys when it holds Beam's maximum, compacts what it emits and stamps
+  non-default windows' outputs as Beam does (end of window, or the
+  timestamp combiner's value); a ``WindowInto`` just before it is folded in;
 - an output feeding a GroupByKey is written as the bundle processor's
   output would be: the same key bytes and payloads, packed per target
   partition;

@@ -35,7 +35,7 @@ from beam_ext.runner._window_assign import interval
 from beam_ext.runner._window_keys import max_timestamp_micros
 
 #: Elements held across keys before all are merged and emitted; as many
-#: ``(start, end, value)`` entries take some 25 MB.
+#: entries (a tuple of a value and its window's bounds) take some 25 MB.
 HELD = 200_000
 
 _start = itemgetter(0)
@@ -88,6 +88,7 @@ class PartialSessions:
                     held.append((window._start_micros, window._end_micros, value, window))
             self._held += len(batch.values) * len(windows)
         else:
+            count = 0
             for wv in batch:
                 key, value = wv.value
                 held = by_key.get(key)
@@ -95,7 +96,8 @@ class PartialSessions:
                     held = by_key[key] = []
                 for window in wv.windows:
                     held.append((window._start_micros, window._end_micros, value, window))
-                    self._held += 1
+                count += len(wv.windows)
+            self._held += count
         return self.flush() if self._held >= self._bound else []
 
     def _add_unwindowed(self, batch: Same | list) -> None:
