@@ -336,6 +336,25 @@ def test_plain_partial_combines_evict_their_oldest_keys_and_lose_none(fn):
             == {key: fn.extract_output(acc) for key, acc in want.items()})
 
 
+def _partials_per_key_and_window(combine, values: list, max_keys: int | None, folded=None) -> dict:
+    """(key, window) -> the partial combine's accumulators for it, each output
+    checked to be in one window and stamped at its end."""
+    from apache_beam.metrics.execution import MetricsContainer
+
+    from beam_ext.runner import _element_batches as element_batches
+    from beam_ext.runner.worker import _direct
+
+    out = [wv for batch in _direct._precombine(
+        combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
+        map(element_batches.as_batch, element_batches.batched(iter(values), 7)), max_keys=max_keys, folded=folded)
+        for wv in element_batches.windowed(batch)]
+    assert all(len(wv.windows) == 1 and wv.timestamp == wv.windows[0].max_timestamp() for wv in out)
+    partials: dict = {}
+    for wv in out:
+        partials.setdefault((wv.value[0], wv.windows[0]), []).append(wv.value[1])
+    return partials
+
+
 @pytest.mark.parametrize("fn", PLAIN_FNS, ids=PLAIN_IDS)
 @settings(max_examples=25, deadline=None)
 @given(events=st.lists(st.tuples(st.integers(0, 2), st.one_of(st.integers(-10**20, 10**20), st.floats(
@@ -346,24 +365,15 @@ def test_plain_windowed_partial_combines_equal_beams_per_key_and_window(fn, even
     # key and window; evicted ones come back; merged, each key-window's
     # partials equal Beam's add_input one value at a time, to the bit.
     from apache_beam.internal import pickler
-    from apache_beam.metrics.execution import MetricsContainer
     from apache_beam.utils.windowed_value import WindowedValue
 
-    from beam_ext.runner import _element_batches as element_batches
     from beam_ext.runner.worker import _direct
 
     windowfn = WINDOWS[windows]
     combine = _direct.DirectCombine("Fn/Precombine", pickler.dumps((fn, [], {})), core.Windowing(windowfn))
     values = [WindowedValue((k, v), ts, tuple(windowfn.assign(window.WindowFn.AssignContext(ts))))
               for k, v, ts in events]
-    out = [wv for batch in _direct._precombine(
-        combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
-        map(element_batches.as_batch, element_batches.batched(iter(values), 7)), max_keys=max_keys)
-        for wv in element_batches.windowed(batch)]
-    assert all(len(wv.windows) == 1 and wv.timestamp == wv.windows[0].max_timestamp() for wv in out)
-    partials: dict = {}
-    for wv in out:
-        partials.setdefault((wv.value[0], wv.windows[0]), []).append(wv.value[1])
+    partials = _partials_per_key_and_window(combine, values, max_keys)
     want: dict = {}
     for wv in values:
         for w in wv.windows:
@@ -388,10 +398,8 @@ def test_a_window_into_folded_into_the_partial_combine_equals_beams(fn, events, 
     # take their windows with their keys; Top runs the WindowInto first.
     # Batches sharing a timestamp too (``same``).
     from apache_beam.internal import pickler
-    from apache_beam.metrics.execution import MetricsContainer
     from apache_beam.utils.windowed_value import WindowedValue
 
-    from beam_ext.runner import _element_batches as element_batches
     from beam_ext.runner.worker import _direct
 
     windowfn = WINDOWS[windows]
@@ -401,15 +409,7 @@ def test_a_window_into_folded_into_the_partial_combine_equals_beams(fn, events, 
         events = [(k, v, 7) for k, v, _ in events]
     values = [WindowedValue((k, v), ts, tuple(before.assign(window.WindowFn.AssignContext(ts))))
               for k, v, ts in events]
-    out = [wv for batch in _direct._precombine(
-        combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
-        map(element_batches.as_batch, element_batches.batched(iter(values), 7)), max_keys=max_keys,
-        folded=windowfn)
-        for wv in element_batches.windowed(batch)]
-    assert all(len(wv.windows) == 1 and wv.timestamp == wv.windows[0].max_timestamp() for wv in out)
-    partials: dict = {}
-    for wv in out:
-        partials.setdefault((wv.value[0], wv.windows[0]), []).append(wv.value[1])
+    partials = _partials_per_key_and_window(combine, values, max_keys, folded=windowfn)
     want: dict = {}
     for wv in values:
         for _ in wv.windows:  # Beam's AssignWindows: once per window the element was in

@@ -25,6 +25,7 @@ windows finer.
 """
 from __future__ import annotations
 
+from collections import defaultdict
 from operator import itemgetter
 from typing import Any, Callable
 
@@ -70,7 +71,7 @@ class PartialSessions:
         self._held = 0
         # key -> [(start micros, end micros, value, window)] in arrival order;
         # [(start micros, value)] given the gap.
-        self._by_key: dict[Any, list] = {}
+        self._by_key: defaultdict[Any, list] = defaultdict(list)
 
     def add(self, batch: Same | list) -> list:
         """Holds a batch's elements; the merged accumulators of all held elements
@@ -81,21 +82,13 @@ class PartialSessions:
         elif type(batch) is Same:
             windows = batch.template.windows
             for key, value in batch.values:
-                held = by_key.get(key)
-                if held is None:
-                    held = by_key[key] = []
-                for window in windows:
-                    held.append((window._start_micros, window._end_micros, value, window))
+                by_key[key] += [(window._start_micros, window._end_micros, value, window) for window in windows]
             self._held += len(batch.values) * len(windows)
         else:
             count = 0
             for wv in batch:
                 key, value = wv.value
-                held = by_key.get(key)
-                if held is None:
-                    held = by_key[key] = []
-                for window in wv.windows:
-                    held.append((window._start_micros, window._end_micros, value, window))
+                by_key[key] += [(window._start_micros, window._end_micros, value, window) for window in wv.windows]
                 count += len(wv.windows)
             self._held += count
         return self.flush() if self._held >= self._bound else []
@@ -107,23 +100,17 @@ class PartialSessions:
             start = batch.template.timestamp_micros
             entries = len(batch.template.windows)
             for key, value in batch.values:
-                held = by_key.get(key)
-                if held is None:
-                    held = by_key[key] = []
-                held += [(start, value)] * entries
+                by_key[key] += [(start, value)] * entries
             self._held += len(batch.values) * entries
             return
         count = 0
         for wv in batch:
             key, value = wv.value
-            held = by_key.get(key)
-            if held is None:
-                held = by_key[key] = []
             entries = len(wv.windows)
             if entries == 1:
-                held.append((wv.timestamp_micros, value))
+                by_key[key].append((wv.timestamp_micros, value))
             else:
-                held += [(wv.timestamp_micros, value)] * entries
+                by_key[key] += [(wv.timestamp_micros, value)] * entries
             count += entries
         self._held += count
 
