@@ -111,3 +111,17 @@ def test_the_key_changes_with_the_java_build(cache_dir):
     assert a == cache._archive_key(JAVA, JAVA_VERSION)
     assert a != cache._archive_key(JAVA, JAVA_VERSION + " (another build)")
     assert shutil.which("java") or os.environ.get("JAVA_HOME")
+
+
+def test_the_key_changes_with_sparks_jars_directory(cache_dir, tmp_path):
+    # The same jars in another directory (another virtualenv): the JVM would
+    # ignore an archive recorded with the first one's paths.
+    import pyspark
+
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    elsewhere = tmp_path / "jars"
+    elsewhere.mkdir()
+    for name in os.listdir(jars):
+        os.symlink(os.path.join(jars, name), elsewhere / name)
+    assert cache._archive_key(JAVA, JAVA_VERSION) == cache._archive_key(JAVA, JAVA_VERSION, jars)
+    assert cache._archive_key(JAVA, JAVA_VERSION) != cache._archive_key(JAVA, JAVA_VERSION, str(elsewhere))

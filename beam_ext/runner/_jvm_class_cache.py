@@ -37,13 +37,18 @@ _USER_CDS_FLAGS = ("SharedArchiveFile", "ArchiveClassesAtExit", "Xshare", "AutoC
 _QUIET = "-Xlog:cds*=off"
 
 
-def _archive_key(java: str, version_text: str) -> str:
+def _archive_key(java: str, version_text: str, jars: str | None = None) -> str:
+    """The archive's name for this Java build and Spark's ``jars`` directory
+    (pyspark's own by default)."""
     import pyspark
 
-    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    jars = jars or os.path.join(os.path.dirname(pyspark.__file__), "jars")
     listing = sorted((os.path.basename(p), os.path.getsize(p)) for p in glob.glob(os.path.join(jars, "*.jar")))
+    # The directory too: an archive records its classes' jar paths, and the
+    # JVM ignores one whose paths differ (another virtualenv with the same
+    # pyspark), so each gets its own.
     digest = hashlib.sha256(repr((os.path.realpath(java), version_text, pyspark.__version__,
-                                  listing)).encode()).hexdigest()
+                                  os.path.realpath(jars), listing)).encode()).hexdigest()
     return digest[:20]
 
 
