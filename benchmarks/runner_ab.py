@@ -27,6 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from runner_throughput import (  # noqa: E402
     beam_combine,
     beam_gbk,
+    beam_rows,
     beam_sessions,
     beam_side_join,
     beam_side_mean,
@@ -39,7 +40,7 @@ from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
 
 CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "cogbk", "side_join", "dofn_setup", "windowed",
-         "sessions", "sliding_1min", "sliding_1day", "streaming")
+         "sessions", "rows", "sliding_1min", "sliding_1day", "streaming")
 STREAMING = {"streaming"}
 
 
@@ -87,6 +88,7 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "dofn_setup": lambda p: _dofn_setup(p, words),
             "windowed": lambda p: beam_windowed(p, words, 1_000),
             "sessions": lambda p: beam_sessions(p, words, 1_000),
+            "rows": lambda p: beam_rows(p, words, 1_000),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
             "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
             # 10 micro-batches with an element, 10 more moving the watermark

@@ -37,6 +37,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 from runner_throughput import (  # noqa: E402
     beam_combine,
     beam_gbk,
+    beam_rows,
     beam_sessions,
     beam_side_join,
     beam_side_mean,
@@ -225,6 +226,8 @@ def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
         (f"CombinePerKey in 1-minute windows, {pairs:,} pairs, 1,000 keys", lambda p: beam_windowed(p, pairs, 1_000)),
         (f"CombinePerKey in sessions (1-minute gap), {pairs:,} pairs, 1,000 keys",
          lambda p: beam_sessions(p, pairs, 1_000)),
+        (f"schema rows, GroupBy(field).aggregate_field, {pairs:,} rows, 1,000 keys",
+         lambda p: beam_rows(p, pairs, 1_000)),
         (f"demo pipeline, {len(payments):,} payments",
          lambda p: payments_features.build(p, payments, out_dir)),
         (f"ReadFromParquet -> SlidingAggregate (1 minute) -> WriteToParquet, {events:,} events",

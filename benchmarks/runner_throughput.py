@@ -1,9 +1,10 @@
 """SparkRunner vs DirectRunner vs hand-written PySpark, same machine, same run.
 
-Seven pipelines: wordcount over generated text, a per-key mean whose values
+Eight pipelines: wordcount over generated text, a per-key mean whose values
 come from a side-input dict, CombinePerKey over generated pairs, GroupByKey
-with many keys, a side-input join, and CombinePerKey in one-minute fixed
-windows and in sessions. Each runs on SparkRunner (local[2]),
+with many keys, a side-input join, CombinePerKey in one-minute fixed
+windows and in sessions, and rows with a schema (``beam.Row``) summed by
+Beam's schema-aware ``GroupBy``. Each runs on SparkRunner (local[2]),
 on Beam's DirectRunner as users get it (``beam.runners.DirectRunner()``,
 which for a batch pipeline hands over to the FnApiRunner, in-process) and as
 the same logic written directly with PySpark RDDs. Spark session and Python
@@ -102,6 +103,20 @@ def beam_combine(p, n, keys):
             | beam.combiners.Count.Globally())
 
 
+def _amounts(n: int):
+    per = n // _SHARDS
+    return lambda shard: range(shard * per, (shard + 1) * per)
+
+
+def beam_rows(p, n, keys):
+    """Rows with a schema (``beam.Row``, RowCoder) summed per key by Beam's
+    schema-aware ``GroupBy``; the keys counted."""
+    return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle() | beam.FlatMap(_amounts(n))
+            | beam.Map(lambda i: beam.Row(key=i % keys, amount=float(i)))
+            | beam.GroupBy("key").aggregate_field("amount", sum, "total")
+            | beam.combiners.Count.Globally())
+
+
 def beam_gbk(p, n, keys):
     return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle()
             | beam.FlatMap(_pairs(n, keys)) | beam.GroupByKey()
@@ -176,6 +191,11 @@ def rdd_combine(sc, n, keys):
             .reduceByKey(operator.add).count())
 
 
+def rdd_rows(sc, n, keys):
+    return (sc.parallelize(range(_SHARDS), _SHARDS).flatMap(_amounts(n))
+            .map(lambda i: (i % keys, float(i))).reduceByKey(operator.add).count())
+
+
 def rdd_gbk(sc, n, keys):
     return (sc.parallelize(range(_SHARDS), _SHARDS).flatMap(_pairs(n, keys))
             .groupByKey().mapValues(len).values().sum())
@@ -213,7 +233,7 @@ def rdd_side_join(sc, n, side_size):
 
 
 # -- cases ----------------------------------------------------------------------
-PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "windowed", "sessions")
+PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "windowed", "sessions", "rows")
 SWEPT = ("wordcount", "side_mean")
 
 
@@ -259,6 +279,9 @@ def case(name: str, n: int, texts: _Texts, sc) -> tuple[str, Callable, Callable]
     if name == "sessions":
         return (f"CombinePerKey in sessions, 1-minute gap ({_COMBINE_KEYS:,} keys)",
                 lambda p: beam_sessions(p, n, _COMBINE_KEYS), lambda: rdd_sessions(sc, n, _COMBINE_KEYS))
+    if name == "rows":
+        return (f"schema rows, GroupBy(field).aggregate_field ({_COMBINE_KEYS:,} keys)",
+                lambda p: beam_rows(p, n, _COMBINE_KEYS), lambda: rdd_rows(sc, n, _COMBINE_KEYS))
     raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 
