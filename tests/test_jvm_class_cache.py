@@ -125,3 +125,22 @@ def test_the_key_changes_with_sparks_jars_directory(cache_dir, tmp_path):
         os.symlink(os.path.join(jars, name), elsewhere / name)
     assert cache._archive_key(JAVA, JAVA_VERSION) == cache._archive_key(JAVA, JAVA_VERSION, jars)
     assert cache._archive_key(JAVA, JAVA_VERSION) != cache._archive_key(JAVA, JAVA_VERSION, str(elsewhere))
+
+
+def test_archives_of_other_keys_unused_for_30_days_are_removed(cache_dir):
+    # Another Java build's, pyspark's or virtualenv's archive, and a candidate
+    # a killed start left: removed once unused for 30 days; recent ones and
+    # files that are not this cache's stay; the archive in use is marked.
+    key = cache._archive_key(JAVA, JAVA_VERSION)
+    old = time.time() - 31 * 24 * 3600
+    files = {name: cache_dir / name for name in (
+        "0123456789abcdef0123.jsa", "fedcba9876543210fedc.4242.partial",  # old, another key
+        "00000000000000000000.jsa",  # recent, another key
+        "notes.jsa", f"{key}.jsa")}  # not the cache's naming; this key's
+    for name, path in files.items():
+        path.write_bytes(b"x")
+        if name != "00000000000000000000.jsa":
+            os.utime(path, (old, old))
+    _options()
+    assert sorted(p.name for p in cache_dir.iterdir()) == sorted(["00000000000000000000.jsa", "notes.jsa", f"{key}.jsa"])
+    assert time.time() - os.path.getmtime(files[f"{key}.jsa"]) < 60  # marked as used

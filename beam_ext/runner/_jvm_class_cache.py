@@ -14,8 +14,10 @@ and a truncated archive aborts the JVM that maps it. A written archive is
 therefore a candidate until a later start checks it with ``java -version``
 (which aborts on a truncated archive and ignores one that merely does not
 fit) and only then renames it into place. One archive per Java build and
-Spark jar set, under ``~/.cache/beam_ext/jvm`` (``$BEAM_EXT_JVM_CACHE``
-moves it; ``off`` turns this off).
+Spark jar set (and directory), under ``~/.cache/beam_ext/jvm``
+(``$BEAM_EXT_JVM_CACHE`` moves it; ``off`` turns this off). Each start
+marks the archive it uses; archives of other keys unused for 30 days are
+removed.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import glob
 import hashlib
 import logging
 import os
+import re
 import subprocess
 import time
 
@@ -35,6 +38,10 @@ _SETTLE_SECONDS = 20.0
 _USER_CDS_FLAGS = ("SharedArchiveFile", "ArchiveClassesAtExit", "Xshare", "AutoCreateSharedArchive")
 # The JVM warns on stdout about each class it cannot archive.
 _QUIET = "-Xlog:cds*=off"
+# An archive of another key (another Java, pyspark or virtualenv) unused this
+# long is removed: each is about 110 MB, and nothing else would delete it.
+_UNUSED_SECONDS = 30 * 24 * 3600
+_OURS = re.compile(r"[0-9a-f]{20}(\.\d+\.partial|\.jsa)")
 
 
 def _archive_key(java: str, version_text: str, jars: str | None = None) -> str:
@@ -73,6 +80,33 @@ def _promote(candidates: list[str], archive: str, java: str) -> None:
             continue
 
 
+def _prune(directory: str, key: str) -> None:
+    """Removes this cache's archives and candidates of other keys unused for
+    :data:`_UNUSED_SECONDS` (a start marks the archive it uses); any other file is left."""
+    now = time.time()
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(key) or not _OURS.fullmatch(name):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if now - os.path.getmtime(path) > _UNUSED_SECONDS:
+                os.remove(path)
+                _LOG.info("removed a JVM class archive unused for %d days: %s", _UNUSED_SECONDS // 86400, path)
+        except OSError:
+            continue
+
+
+def _mark_used(archive: str) -> None:
+    try:
+        os.utime(archive)
+    except OSError:
+        pass  # another user's cache: it is only not pruned sooner
+
+
 def driver_java_options(java: str, java_major: int, version_text: str, user_options: str = "") -> str | None:
     """Extra driver JVM options using (or writing) the class archive; None to add nothing.
 
@@ -92,6 +126,8 @@ def driver_java_options(java: str, java_major: int, version_text: str, user_opti
         _LOG.info("no JVM class archive (%s): Spark starts without one", exc)
         return None
     archive = os.path.join(directory, f"{key}.jsa")
+    _prune(directory, key)
+    _mark_used(archive)
     if java_major >= 19:
         return f"-XX:+AutoCreateSharedArchive -XX:SharedArchiveFile={archive} {_QUIET}"
     if not os.path.exists(archive):
