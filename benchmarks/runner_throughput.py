@@ -104,6 +104,7 @@ def beam_combine(p, n, keys):
 
 
 def _amounts(n: int):
+    """Shard ``s``'s numbers: ``n`` in all, split evenly over the shards."""
     per = n // _SHARDS
     return lambda shard: range(shard * per, (shard + 1) * per)
 
@@ -126,7 +127,7 @@ def beam_gbk(p, n, keys):
 def beam_side_join(p, n, side_size):
     side = p | "Side" >> beam.Create([(i, i * 2) for i in range(side_size)])
     return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle()
-            | beam.FlatMap(lambda s: range(s * (n // _SHARDS), (s + 1) * (n // _SHARDS)))
+            | beam.FlatMap(_amounts(n))
             | beam.Map(lambda x, d: d[x % side_size], d=beam.pvalue.AsDict(side))
             | beam.CombineGlobally(sum))
 
@@ -226,9 +227,8 @@ def rdd_sessions(sc, n, keys):
 
 def rdd_side_join(sc, n, side_size):
     side = sc.broadcast({i: i * 2 for i in range(side_size)})
-    per = n // _SHARDS
     return (sc.parallelize(range(_SHARDS), _SHARDS)
-            .flatMap(lambda s: range(s * per, (s + 1) * per))
+            .flatMap(_amounts(n))
             .map(lambda x: side.value[x % side_size]).sum())
 
 

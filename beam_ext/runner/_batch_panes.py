@@ -21,6 +21,7 @@ Beam's driver.
 """
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Iterable, Iterator
 
 from apache_beam.transforms import trigger
@@ -28,8 +29,11 @@ from apache_beam.transforms.window import WindowFn
 from apache_beam.utils import windowed_value
 from apache_beam.utils.windowed_value import create as new_windowed
 
+from beam_ext.runner._session_runs import session_runs
 from beam_ext.runner._window_assign import interval
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
+
+_start = itemgetter(0)
 
 # What Beam's GeneralTriggerDriver gives the one firing of the default
 # trigger in batch (the trigger never finishes, so the pane is not the last).
@@ -166,35 +170,19 @@ class _MergedAway(WindowFn.MergeContext):
 
 def _session_merges(windows: list) -> dict[Any, Any]:
     """What ``Sessions.merge`` merges, as :meth:`MergedOnTimePanes._merges`
-    gives it, computed on the windows' microseconds instead of ``Timestamp``
-    objects: windows in order of start, each run of overlapping ones merged
-    into one from the run's first start to its greatest end."""
+    gives it, computed on the windows' microseconds (:func:`session_runs`)
+    instead of ``Timestamp`` objects."""
     merged_away: dict[Any, Any] = {}
-
-    def close(run: list, end: int) -> None:
-        if len(run) > 1:
-            result = interval(run[0]._start_micros, end)
+    bounds = sorted(((window._start_micros, window._end_micros, window) for window in windows), key=_start)
+    for first, stop, start, end in session_runs(bounds):
+        if stop - first > 1:
+            result = interval(start, end)
             kept = window_key(result)
-            for window in run:
+            for _, _, window in bounds[first:stop]:
                 k = window_key(window)
                 if k != kept:
                     merged_away[k] = result
-
-    run: list = []
-    end = 0
-    for window in sorted(windows, key=_start_micros):
-        if run and end > window._start_micros:
-            run.append(window)
-            end = max(end, window._end_micros)
-        else:
-            close(run, end)
-            run, end = [window], window._end_micros
-    close(run, end)
     return merged_away
-
-
-def _start_micros(window: Any) -> int:
-    return window._start_micros
 
 
 def pane_driver(windowing: Any) -> Any:

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from apache_beam.utils.windowed_value import create as new_windowed
 
 from beam_ext.runner._element_batches import Same
+from beam_ext.runner._session_runs import session_runs
 from beam_ext.runner._window_assign import interval
 from beam_ext.runner._window_keys import max_timestamp_micros
 
@@ -40,6 +41,7 @@ from beam_ext.runner._window_keys import max_timestamp_micros
 HELD = 200_000
 
 _start = itemgetter(0)
+_value = itemgetter(2)
 
 
 def merges_partially(windowing: Any) -> bool:
@@ -69,8 +71,7 @@ class PartialSessions:
         self._bound = held
         self._gap = gap
         self._held = 0
-        # key -> [(start micros, end micros, value, window)] in arrival order;
-        # [(start micros, value)] given the gap.
+        # key -> [(start micros, end micros, value, window or None)] in arrival order.
         self._by_key: defaultdict[Any, list] = defaultdict(list)
 
     def add(self, batch: Same | list) -> list:
@@ -94,23 +95,25 @@ class PartialSessions:
         return self.flush() if self._held >= self._bound else []
 
     def _add_unwindowed(self, batch: Same | list) -> None:
-        # Held as (start, value): every end is start + gap.
-        by_key = self._by_key
+        # Each in the session from its timestamp to timestamp + gap; its
+        # window is made only if it stays a session of its own.
+        by_key, gap = self._by_key, self._gap
         if type(batch) is Same:
             start = batch.template.timestamp_micros
             entries = len(batch.template.windows)
             for key, value in batch.values:
-                by_key[key] += [(start, value)] * entries
+                by_key[key] += [(start, start + gap, value, None)] * entries
             self._held += len(batch.values) * entries
             return
         count = 0
         for wv in batch:
             key, value = wv.value
+            start = wv.timestamp_micros
             entries = len(wv.windows)
             if entries == 1:
-                by_key[key].append((wv.timestamp_micros, value))
+                by_key[key].append((start, start + gap, value, None))
             else:
-                by_key[key] += [(wv.timestamp_micros, value)] * entries
+                by_key[key] += [(start, start + gap, value, None)] * entries
             count += entries
         self._held += count
 
@@ -118,49 +121,22 @@ class PartialSessions:
         """Every held element merged into its key's sessions: one element
         ``(key, accumulator)`` per session, stamped at its end; none held after."""
         out: list = []
+        emit = self._emit
         for key, held in self._by_key.items():
             held.sort(key=_start)  # stable: a session's values in arrival order where starts tie
-            if self._gap is None:
-                self._merge_windows(key, held, out)
-            else:
-                self._merge_starts(key, held, out)
+            values = list(map(_value, held))
+            for first, stop, start, end in session_runs(held):
+                # A window merged from several is new, as Sessions.merge makes it.
+                window = held[first][3] if stop - first == 1 else None
+                out.append(emit(key, values[first:stop], start, end, window))
         self._by_key.clear()
         self._held = 0
         return out
-
-    def _merge_windows(self, key: Any, held: list, out: list) -> None:
-        emit = self._emit
-        first = held[0]
-        run, start, end = [first[2]], first[0], first[1]
-        window = first[3]
-        for entry in held[1:]:
-            if end > entry[0]:  # Sessions.merge: overlaps the run so far
-                run.append(entry[2])
-                if entry[1] > end:
-                    end = entry[1]
-                window = None
-            else:
-                out.append(emit(key, run, start, end, window))
-                run, start, end, window = [entry[2]], entry[0], entry[1], entry[3]
-        out.append(emit(key, run, start, end, window))
-
-    def _merge_starts(self, key: Any, held: list, out: list) -> None:
-        # Windows of one size, in order of start: the run so far ends at its
-        # last start + gap, so a window starting at least a gap after the
-        # previous start begins the next session.
-        gap, emit = self._gap, self._emit
-        starts = [entry[0] for entry in held]
-        values = [entry[1] for entry in held]
-        cuts = [i for i, (before, start) in enumerate(zip(starts, starts[1:]), 1) if start - before >= gap]
-        first = 0
-        for cut in cuts + [len(starts)]:
-            out.append(emit(key, values[first:cut], starts[first], starts[cut - 1] + gap, None))
-            first = cut
 
     def _emit(self, key: Any, values: list, start: int, end: int, window: Any) -> Any:
         accumulator = self._add_all(self._create(), values)
         if self._compact is not None:
             accumulator = self._compact(accumulator)
-        if window is None:  # merged (a new window, as Sessions.merge makes), or none made yet
+        if window is None:
             window = interval(start, end)
         return new_windowed((key, accumulator), max_timestamp_micros(window), (window,))
