@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from pipeline_outputs import spark_equals_direct
 
 from beam_ext.runner import PipelineError, SparkRunner
+from beam_ext.runner.worker._plain_accumulators import plain_accumulators
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -309,9 +310,7 @@ def test_plain_partial_combines_equal_beams_accumulators_to_the_bit(fn, kvs):
     # Count, Mean, sum, min and max keep plain accumulators updated in place;
     # each key's must equal Beam's own add_input one value at a time, then
     # compact (a float's sign of zero and rounding included).
-    from beam_ext.runner.worker import _direct
-
-    assert _direct._plain_adds(fn) is not None
+    assert plain_accumulators(fn) is not None
     want: dict = {}
     for key, value in kvs:
         want[key] = fn.add_input(want.get(key, fn.create_accumulator()), value)

@@ -35,11 +35,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import operator
 import traceback
-from collections import Counter
 from itertools import islice, repeat
-from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from apache_beam.portability.api import beam_fn_api_pb2
@@ -52,7 +49,9 @@ from beam_ext.runner._shuffle import Buckets, ShuffleWriter
 from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
+from beam_ext.runner.worker._aggregate_fields import AggregatedFields, aggregated_fields, closure
 from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
+from beam_ext.runner.worker._plain_accumulators import plain_accumulators, plain_tuple_accumulators
 from beam_ext.runner.worker._setup import WorkerSetup
 
 
@@ -209,7 +208,7 @@ def _map_fn(dofn: Any) -> Callable | None:
     code = getattr(wrapper, "__code__", None)
     if code is None or code not in _map_wrapper_codes():
         return None
-    return dict(zip(code.co_freevars, (cell.cell_contents for cell in wrapper.__closure__)))["fn"]
+    return closure(wrapper)["fn"]
 
 
 def _key_with_none(value: Any) -> tuple:
@@ -585,6 +584,45 @@ def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State,
         executor.combine_fn.teardown()
 
 
+def _keeps_plain(windowing: Any, args: Any, kwargs: Any, unkeyed: bool) -> bool:
+    """Whether a partial combine may keep plain accumulators: a keyed one
+    without extra arguments, whose windowed outputs are stamped at the end
+    of their window, as there is no output time to track."""
+    from apache_beam.transforms.window import TimestampCombiner
+
+    return (not unkeyed and not args and not kwargs
+            and (windowing.is_default() or windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW))
+
+
+def _takes_fields(combine: DirectCombine, fields: AggregatedFields) -> bool:
+    """Whether the partial combine can take ``fields``' pairs: plain
+    accumulators of a ``TupleCombineFn`` with a component per value field,
+    in windows it does not merge itself."""
+    from apache_beam.internal import pickler
+
+    fn, args, kwargs = pickler.loads(combine.combine_fn)[:3]
+    return (_keeps_plain(combine.windowing, args, kwargs, unkeyed=False) and not merges_partially(combine.windowing)
+            and plain_tuple_accumulators(fn) is not None and len(fn._combiners) == len(fields.value_fields))
+
+
+def _run_fields(name: str, fields: AggregatedFields, tracker: _Tracker, state: _State,
+                batches: Iterator[Same | list]) -> Iterator[Same | list]:
+    """In place of Beam's ``Map`` of a ``GroupBy(...).aggregate_field(...)``
+    named ``name``: its input rows' pairs read by field name, their
+    windowing kept."""
+    pairs = fields.pairs
+    for batch in batches:
+        tracker.enter(state)
+        try:
+            if type(batch) is Same:
+                out: Same | list = Same(batch.template, pairs(batch.values))
+            else:
+                out = [wv.with_value(pair) for wv, pair in zip(batch, pairs([wv.value for wv in batch]))]
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+            raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
+        yield out
+
+
 # The partial combine adds a batch's values per key in one call while a
 # batch holds at most one key per _FEW_KEYS elements, and checks again every
 # _REGROUP_EVERY batches.
@@ -594,12 +632,11 @@ _REGROUP_EVERY = 64
 # The windows of an element under default windowing, for the partial combine:
 # its table is keyed by the key alone.
 _KEY_ALONE = (None,)
-_first = itemgetter(0)
 
 
 def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batches: Iterator[Same | list],
-                max_keys: int | None = None, unkeyed: bool = False, folded: Any = None
-                ) -> Iterator[Same | list]:
+                max_keys: int | None = None, unkeyed: bool = False, folded: Any = None,
+                fields: AggregatedFields | None = None) -> Iterator[Same | list]:
     """Beam's ``PGBKCVOperation`` over the task's input: one flush at the end, not one per bundle.
 
     ``max_keys``: the keys held before a tenth are evicted; Beam's bound by
@@ -610,7 +647,9 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     are computed from the timestamps (see :class:`PartialSessions`), plain
     accumulators take fixed or sliding windows with their keys from
     :func:`keyed_assigner`, with no window or key made per element; other
-    combines run the ``WindowInto`` first."""
+    combines run the ``WindowInto`` first. ``fields``: the input is the
+    pairs of :meth:`AggregatedFields.pairs`, whose keys are made Beam's
+    ``Key`` rows as they are emitted (see :func:`takes_fields`)."""
     from apache_beam.internal import pickler
     from apache_beam.transforms import core
     from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
@@ -629,14 +668,14 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     if max_keys is None:
         max_keys = 1000 * 1000 if (isinstance(fn, (combiners.CountCombineFn, combiners.MeanCombineFn)) or (
             isinstance(fn, core.CallableWrapperCombineFn) and fn._fn in (min, max, sum))) else 100 * 1000
-    # Count's and Mean's CombineFns, whose add_input is plain arithmetic,
-    # keep plain accumulators in the table (a key's count; its [sum, count])
-    # updated by the same arithmetic without a call per element; a batch's
-    # keys are counted in C.
-    # Windowed, they are keyed by (window_key, key), the windows kept aside:
-    # only at the end of the window, as there is no output time to track.
-    plain = (_plain_adds(fn) if (default or combiner is None) and not unkeyed and not args and not kwargs
-             else None)
+    # Count's, Mean's, sum's, min's and max's CombineFns keep plain
+    # accumulators in the table, updated by the same arithmetic without a
+    # call per element (see _plain_accumulators). Windowed, they are keyed
+    # by (window_key, key), the windows kept aside.
+    plain = ((plain_tuple_accumulators if fields is not None else plain_accumulators)(fn)
+             if _keeps_plain(windowing, args, kwargs, unkeyed) else None)
+    assert plain or fields is None
+    rekey = fields.key if fields is not None else None
     # Sessions are merged per key before the shuffle, not kept per element.
     sessions = None
     if not unkeyed and merges_partially(windowing):
@@ -646,16 +685,17 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     if folded is not None and sessions is None and keyed_at is None:
         batches = _assign_windows(combine.name, assigner(folded), tracker, state, batches)
     global_wv = GlobalWindows.windowed_value(None)
-    table: dict = Counter() if plain is _COUNTS else {}
+    table: dict = plain.new_table() if plain else {}
     window_of: dict = {}  # window_key -> window, for plain windowed accumulators
 
     def emit(wkey: Any, entry: Any) -> Any:
         """An output: under default windowing a value of ``global_wv``'s windowing, else an element."""
         if plain:
             if default:
-                return wkey, plain[1](entry)
+                return (wkey if rekey is None else rekey(wkey)), plain.finish(entry)
             window = window_of[wkey[0]]
-            return new_windowed((wkey[1], plain[1](entry)), max_timestamp_micros(window), (window,))
+            key = wkey[1] if rekey is None else rekey(wkey[1])
+            return new_windowed((key, plain.finish(entry)), max_timestamp_micros(window), (window,))
         value = entry[0] if compact is None else compact(entry[0])
         if default:
             return wkey, value
@@ -782,7 +822,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
                 if sessions is not None:
                     out = sessions.add(batch)
                 elif plain:
-                    plain[0](table, (batch.values if same else [wv.value for wv in batch]) if default
+                    plain.add(table, (batch.values if same else [wv.value for wv in batch]) if default
                              else folded_pairs(batch) if keyed_at is not None else windowed_pairs(batch))
                     if len(table) > max_keys:
                         evict(out)
@@ -822,74 +862,6 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             yield Same(global_wv, out) if default else out
     finally:
         combine_fn.teardown()
-
-
-def _count_keys(counts: Counter, kvs: list) -> None:
-    # CountCombineFn.add_input: accumulator + 1, whatever the value.
-    counts.update(map(_first, kvs))
-
-
-def _add_means(table: dict, kvs: list) -> None:
-    # MeanCombineFn: create_accumulator (0, 0); add_input (sum_ + element, count + 1).
-    get = table.get
-    for key, value in kvs:
-        acc = get(key)
-        if acc is None:
-            table[key] = [0 + value, 1]
-        else:
-            acc[0] = acc[0] + value
-            acc[1] += 1
-
-
-def _add_sums(table: dict, kvs: list) -> None:
-    # CombineFn.from_callable(sum) buffers values and sums them every few:
-    # 0 + a0 + a1 + ..., in order, as a running total does. A single
-    # value's accumulator is the value itself: it is kept too.
-    get = table.get
-    for key, value in kvs:
-        acc = get(key)
-        if acc is None:
-            table[key] = [0 + value, 1, value]
-        else:
-            acc[0] = acc[0] + value
-            acc[1] += 1
-
-
-def _add_extremes(better: Callable[[Any, Any], bool], table: dict, kvs: list) -> None:
-    # min (max) of the buffered values, every few: the first of the least
-    # (greatest), as a running extreme replaced only by a better value.
-    get = table.get
-    for key, value in kvs:
-        acc = get(key)
-        if acc is None:
-            table[key] = [value]
-        elif better(value, acc[0]):
-            acc[0] = value
-
-
-_COUNTS = (_count_keys, lambda count: count)
-
-
-def _plain_adds(fn: Any) -> tuple[Callable, Callable] | None:
-    """For a CombineFn whose add_input is plain arithmetic: how a batch's
-    ``(key, value)`` pairs update a table of plain accumulators (a count, a
-    [sum, count], a running total or extreme) with the same arithmetic, and
-    the accumulator Beam's compacted one equals; else None."""
-    from apache_beam.transforms import core
-
-    if type(fn) is combiners.CountCombineFn:
-        return _COUNTS
-    if type(fn) is combiners.MeanCombineFn:
-        return _add_means, lambda acc: (acc[0], acc[1])
-    # Beam's own wrappers of a function; a pipeline's CombinePerKey(sum) gets the second.
-    if type(fn) in (core.CallableWrapperCombineFn, core.NoSideInputsCallableWrapperCombineFn):
-        if fn._fn is sum:
-            return _add_sums, lambda acc: [acc[2]] if acc[1] == 1 else [acc[0]]
-        if fn._fn is min:
-            return functools.partial(_add_extremes, operator.lt), list
-        if fn._fn is max:
-            return functools.partial(_add_extremes, operator.gt), list
-    return None
 
 
 def _shuffled(chain: DirectChain, batches: Iterator[list]) -> Iterator[tuple[int, bytes]]:
@@ -963,34 +935,47 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
                    and steps[-1][1] is not None and _map_fn(steps[-1][1][0]) is _key_with_none)
     if unkeyed:
         steps.pop()
-    # A WindowInto just before the combine, into sessions it merges or
-    # fixed or sliding windows: folded in (see _precombine's ``folded``).
+    # GroupBy(...).aggregate_field(...)'s pairs, read by field name for a
+    # partial combine of plain accumulators (see _aggregate_fields).
+    fields, fields_step = None, None
+    if (chain.precombine is not None and not unkeyed and steps and steps[-1][1] is not None
+            and not steps[-1][0].side_inputs):
+        fn = _map_fn(steps[-1][1][0])
+        fields = aggregated_fields(fn) if fn is not None else None
+        if fields is not None and _takes_fields(chain.precombine, fields):
+            fields_step = steps[-1][0]
+        else:
+            fields = None
+    # A WindowInto just before the combine (or its fields' step), into
+    # sessions it merges or fixed or sliding windows: folded in (see
+    # _precombine's ``folded``).
+    at = len(steps) - (1 if fields is None else 2)
     folded = None
-    if (chain.precombine is not None and steps and steps[-1][1] is not None
-            and type(steps[-1][1][0]) is AssignWindows
-            and steps[-1][1][0].windowfn == chain.precombine.windowing.windowfn
+    if (chain.precombine is not None and at >= 0 and steps[at][1] is not None
+            and type(steps[at][1][0]) is AssignWindows
+            and steps[at][1][0].windowfn == chain.precombine.windowing.windowfn
             and (merges_partially(chain.precombine.windowing)
                  or keyed_assigner(chain.precombine.windowing.windowfn) is not None)):
-        folded = steps.pop()[1][0].windowfn
+        folded = steps.pop(at)[1][0].windowfn
     try:
         for step, info in steps:
-            if info is None:
-                container = MetricsContainer(step.name)
-                containers.append((step.name, container))
-                batches = _run_phase(step, tracker, _State(container), batches)
-                continue
-            dofn, args, kwargs, _, _ = info
-            if step.side_inputs:
-                args, kwargs = insert_values_in_args(args, kwargs, _views(step, side_inputs))
             container = MetricsContainer(step.name)
             containers.append((step.name, container))
-            batches = _run_step(step.name, dofn, tuple(args), dict(kwargs), step.window_fn, tracker,
-                                _State(container), batches, needs_setup=id(info) in fresh)
+            if info is None:
+                batches = _run_phase(step, tracker, _State(container), batches)
+            elif step is fields_step:
+                batches = _run_fields(step.name, fields, tracker, _State(container), batches)
+            else:
+                dofn, args, kwargs, _, _ = info
+                if step.side_inputs:
+                    args, kwargs = insert_values_in_args(args, kwargs, _views(step, side_inputs))
+                batches = _run_step(step.name, dofn, tuple(args), dict(kwargs), step.window_fn, tracker,
+                                    _State(container), batches, needs_setup=id(info) in fresh)
         if chain.precombine is not None:
             container = MetricsContainer(chain.precombine.name)
             containers.append((chain.precombine.name, container))
             batches = _precombine(chain.precombine, tracker, _State(container), batches, unkeyed=unkeyed,
-                                  folded=folded)
+                                  folded=folded, fields=fields)
         if chain.shuffle is not None:
             yield from _shuffled(chain, batches)
         elif batches_out:

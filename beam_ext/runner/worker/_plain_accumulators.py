@@ -1,0 +1,142 @@
+"""Plain accumulators for the partial combine: Beam's arithmetic without a call per element.
+
+Count's, Mean's and ``sum``/``min``/``max``'s CombineFns (and a
+``TupleCombineFn`` of them, as ``GroupBy(...).aggregate_field(...)`` builds)
+add a value by plain arithmetic. The partial combine keeps a table of plain
+accumulators per key, updated by the same arithmetic in the same order, and
+emits for each the accumulator Beam's own, compacted, equals: to the bit,
+a float's rounding and sign of zero included
+(``tests/test_direct_stages.py`` compares them with Beam's ``add_input``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections import Counter
+from operator import itemgetter
+from typing import Any, Callable
+
+from apache_beam.transforms import combiners, core
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kind:
+    """One CombineFn's plain accumulator: made from a key's first value,
+    updated in place by each next one, and finished into Beam's compacted
+    accumulator."""
+
+    new: Callable[[Any], list]
+    update: Callable[[list, Any], None]
+    finish: Callable[[list], Any]
+
+
+def _update_count(acc: list, value: Any) -> None:
+    acc[0] += 1
+
+
+def _update_total(acc: list, value: Any) -> None:
+    acc[0] = acc[0] + value
+    acc[1] += 1
+
+
+def _update_min(acc: list, value: Any) -> None:
+    # The first of the least, as min of the buffered values keeps it.
+    if value < acc[0]:
+        acc[0] = value
+
+
+def _update_max(acc: list, value: Any) -> None:
+    if value > acc[0]:
+        acc[0] = value
+
+
+_COUNT = _Kind(lambda value: [1], _update_count, lambda acc: acc[0])
+# MeanCombineFn: create_accumulator (0, 0); add_input (sum_ + element, count + 1).
+_MEAN = _Kind(lambda value: [0 + value, 1], _update_total, lambda acc: (acc[0], acc[1]))
+# CombineFn.from_callable(sum) buffers values and sums them every few:
+# 0 + a0 + a1 + ..., in order, as a running total does. A single value's
+# accumulator is the value itself: it is kept too.
+_SUM = _Kind(lambda value: [0 + value, 1, value], _update_total,
+             lambda acc: [acc[2]] if acc[1] == 1 else [acc[0]])
+_MIN = _Kind(lambda value: [value], _update_min, list)
+_MAX = _Kind(lambda value: [value], _update_max, list)
+
+
+def _kind(fn: Any) -> _Kind | None:
+    if type(fn) is combiners.CountCombineFn:
+        return _COUNT
+    if type(fn) is combiners.MeanCombineFn:
+        return _MEAN
+    # Beam's own wrappers of a function; a pipeline's CombinePerKey(sum) gets the second.
+    if type(fn) in (core.CallableWrapperCombineFn, core.NoSideInputsCallableWrapperCombineFn):
+        for function, kind in ((sum, _SUM), (min, _MIN), (max, _MAX)):
+            if fn._fn is function:
+                return kind
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class PlainAccumulators:
+    """How a batch's ``(key, value)`` pairs update a table of plain
+    accumulators (``add(table, pairs)``), a new table, and the accumulator
+    Beam's compacted one equals (``finish(entry)``)."""
+
+    add: Callable[[dict, Any], None]
+    finish: Callable[[Any], Any]
+    new_table: Callable[[], dict] = dict
+
+
+def _add_each(kind: _Kind, table: dict, kvs: Any) -> None:
+    get = table.get
+    new, update = kind.new, kind.update
+    for key, value in kvs:
+        acc = get(key)
+        if acc is None:
+            table[key] = new(value)
+        else:
+            update(acc, value)
+
+
+def _add_tuples(kinds: tuple[_Kind, ...], table: dict, kvs: Any) -> None:
+    get = table.get
+    news = [kind.new for kind in kinds]
+    updates = [kind.update for kind in kinds]
+    for key, values in kvs:
+        accs = get(key)
+        if accs is None:
+            table[key] = [new(value) for new, value in zip(news, values)]
+        else:
+            for update, acc, value in zip(updates, accs, values):
+                update(acc, value)
+
+
+def _count_keys(counts: Counter, kvs: Any) -> None:
+    # CountCombineFn.add_input: accumulator + 1, whatever the value; the keys counted in C.
+    counts.update(map(itemgetter(0), kvs))
+
+
+def plain_accumulators(fn: Any) -> PlainAccumulators | None:
+    """Plain accumulators of ``fn``, a CombineFn whose add_input is plain arithmetic; else None."""
+    if type(fn) is combiners.CountCombineFn:
+        return PlainAccumulators(_count_keys, lambda count: count, Counter)
+    kind = _kind(fn)
+    return None if kind is None else PlainAccumulators(functools.partial(_add_each, kind), kind.finish)
+
+
+def plain_tuple_accumulators(fn: Any) -> PlainAccumulators | None:
+    """Plain accumulators of a ``TupleCombineFn`` whose every component has
+    them; else None. Its pairs hold a key's one value for a single
+    component, the tuple of its values for more. Every value tuple must
+    have one value per component: Beam's ``add_input`` would drop the
+    components past a shorter one's end."""
+    if type(fn) is not combiners.TupleCombineFn or not fn._combiners:
+        return None
+    kinds = tuple(_kind(part) for part in fn._combiners)
+    if None in kinds:
+        return None
+    if len(kinds) == 1:
+        (kind,) = kinds
+        return PlainAccumulators(functools.partial(_add_each, kind), lambda acc: [kind.finish(acc)])
+    finishes = [kind.finish for kind in kinds]
+    return PlainAccumulators(functools.partial(_add_tuples, kinds),
+                             lambda accs: [finish(acc) for finish, acc in zip(finishes, accs)])

@@ -1,0 +1,191 @@
+"""``GroupBy(...).aggregate_field(...)`` read by field name, into a partial combine of plain accumulators.
+
+The fast path must give what Beam's own ``Map`` and ``TupleCombineFn``
+give: the same keys (Beam's ``Key`` rows) and accumulators, to the bit.
+"""
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.internal import pickler
+from apache_beam.transforms import combiners, core, window
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pipeline_outputs import spark_equals_direct
+
+from beam_ext.runner import _element_batches as element_batches
+from beam_ext.runner.worker import _direct
+from beam_ext.runner.worker._aggregate_fields import AggregatedFields, _beams_codes, aggregated_fields
+from beam_ext.runner.worker._plain_accumulators import plain_tuple_accumulators
+
+
+def _applied(build) -> dict:
+    """The applied transforms of the pipeline ``build`` makes, by full label."""
+    found: dict = {}
+
+    class Visitor(beam.pipeline.PipelineVisitor):
+        def visit_transform(self, node):
+            found[node.full_label] = node.transform
+
+        enter_composite_transform = visit_transform
+
+    p = beam.Pipeline()
+    build(p | beam.Create([beam.Row(k=1, x=1.0)]))
+    p.visit(Visitor())
+    return found
+
+
+def _map_and_combine(grouping) -> tuple:
+    """The pickled ``Map`` DoFn and ``CombineFn`` of ``grouping``, as a worker gets them."""
+    found = _applied(lambda rows: rows | "G" >> grouping)
+    [pardo] = [t for label, t in found.items() if label.startswith("G/Map(")]
+    [combine] = [t for t in found.values() if isinstance(t, core.CombinePerKey)]
+    return pickler.loads(pickler.dumps(pardo.fn)), pickler.loads(pickler.dumps(combine.fn))
+
+
+def _fields(grouping) -> AggregatedFields | None:
+    dofn, _ = _map_and_combine(grouping)
+    return aggregated_fields(_direct._map_fn(dofn))
+
+
+def test_this_beams_lambdas_are_known():
+    # If a Beam release changes them, the fast path is lost: this fails first.
+    assert _beams_codes() is not None
+
+
+def test_string_fields_are_read_by_name():
+    one = _fields(beam.GroupBy("k").aggregate_field("x", sum, "total"))
+    assert (one.key_fields, one.value_fields) == (("k",), ("x",))
+    more = _fields(beam.GroupBy("k", "j").aggregate_field("x", sum, "s").aggregate_field("y", max, "m"))
+    assert (more.key_fields, more.value_fields) == (("k", "j"), ("x", "y"))
+
+
+@pytest.mark.parametrize("grouping", [
+    beam.GroupBy(lambda r: r.k).aggregate_field("x", sum, "total"),
+    beam.GroupBy("k").aggregate_field(lambda r: r.x, sum, "total"),
+    beam.GroupBy("k", j=lambda r: r.k).aggregate_field("x", sum, "total"),
+], ids=["callable key", "callable value", "callable keyword key"])
+def test_a_callable_key_or_value_keeps_beams_map(grouping):
+    assert _fields(grouping) is None
+
+
+def test_other_maps_are_not_taken_for_one():
+    assert aggregated_fields(lambda x: (x, x)) is None
+    assert aggregated_fields(len) is None
+
+
+_ROWS = st.lists(st.builds(
+    beam.Row, k=st.integers(0, 3), j=st.sampled_from(["a", "b"]),
+    x=st.one_of(st.integers(-10**20, 10**20), st.floats(allow_nan=False, allow_infinity=False)),
+    y=st.floats(allow_nan=False, allow_infinity=False, width=32)), max_size=80)
+_COMPONENTS = [sum, min, max, combiners.MeanCombineFn(), combiners.CountCombineFn()]
+
+
+def _grouping(keys: tuple, parts: list):
+    grouping = beam.GroupBy(*keys)
+    for i, (field, fn) in enumerate(parts):
+        grouping = grouping.aggregate_field(field, fn, f"out{i}")
+    return grouping
+
+
+def _run_chain(dofn, fn, rows: list, windowing, assign=None) -> list:
+    """``rows`` through a chain of the grouping's ``Map`` (after a
+    ``WindowInto`` of ``assign``, if given) and its partial combine, as a
+    Spark task runs it; its output elements."""
+    steps = []
+    if assign is not None:
+        steps.append(_direct.DirectStep(
+            "W", pickler.dumps((_direct.AssignWindows(assign), (), {}, None, None)), window.GlobalWindows()))
+    steps.append(_direct.DirectStep("G/Map", pickler.dumps((dofn, (), {}, None, None)), windowing.windowfn))
+    chain = _direct.DirectChain(tuple(steps), None, None,
+                                precombine=_direct.DirectCombine("G/Precombine", pickler.dumps((fn, [], {})), windowing))
+    values = [window.GlobalWindows.windowed_value(row, timestamp=i * 7) for i, row in enumerate(rows)]
+    batches = element_batches.batched(iter(values), 9)
+    return [wv for batch in _direct.run_direct_chain(chain, None, batches, [], batches_out=True)
+            for wv in element_batches.windowed(batch)]
+
+
+def _beams(dofn, fn, rows: list, windows_of=lambda i: (None,)) -> dict:
+    """Beam's own: each row's pair by the ``Map``, added one at a time per key (and window), compacted."""
+    pair = _direct._map_fn(dofn)
+    accs: dict = {}
+    for i, row in enumerate(rows):
+        key, values = pair(row)
+        for w in windows_of(i):
+            accs[key, w] = fn.add_input(accs.get((key, w), fn.create_accumulator()), values)
+    return {kw: fn.compact(acc) for kw, acc in accs.items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=_ROWS, keys=st.sampled_from([("k",), ("k", "j")]),
+       parts=st.lists(st.tuples(st.sampled_from(["x", "y"]), st.sampled_from(range(len(_COMPONENTS)))),
+                      min_size=1, max_size=4))
+def test_the_partial_combine_of_fields_equals_beams_to_the_bit(rows, keys, parts):
+    grouping = _grouping(keys, [(field, _COMPONENTS[c]) for field, c in parts])
+    dofn, fn = _map_and_combine(grouping)
+    windowing = core.Windowing(window.GlobalWindows())
+    assert _direct._takes_fields(_direct.DirectCombine("c", pickler.dumps((fn, [], {})), windowing),
+                                 aggregated_fields(_direct._map_fn(dofn)))
+    out = _run_chain(dofn, fn, rows, windowing)
+    got = {(wv.value[0], None): wv.value[1] for wv in out}
+    assert len(got) == len(out)  # one accumulator per key: no eviction at this size
+    # The keys are Beam's Key rows (their type and fields), the accumulators equal to the bit.
+    assert {type(k).__name__ + repr(k) for k, _ in got} == {type(k).__name__ + repr(k) for k, _ in _beams(dofn, fn, rows)}
+    assert repr(sorted(got.items(), key=repr)) == repr(sorted(_beams(dofn, fn, rows).items(), key=repr))
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=_ROWS, size=st.sampled_from([10, 25]), period=st.sampled_from([None, 5]))
+def test_fields_in_fixed_and_sliding_windows_folded_in_equal_beams(rows, size, period):
+    # A WindowInto before the GroupBy is folded into the partial combine too.
+    windowfn = window.FixedWindows(size) if period is None else window.SlidingWindows(size, period)
+    dofn, fn = _map_and_combine(beam.GroupBy("k").aggregate_field("x", sum, "s").aggregate_field("y", min, "m"))
+    out = _run_chain(dofn, fn, rows, core.Windowing(windowfn), assign=windowfn)
+    assert all(len(wv.windows) == 1 and wv.timestamp == wv.windows[0].max_timestamp() for wv in out)
+    got = {(wv.value[0], wv.windows[0]): wv.value[1] for wv in out}
+    assert len(got) == len(out)
+
+    def windows_of(i):
+        return windowfn.assign(window.WindowFn.AssignContext(i * 7))
+    assert repr(sorted(got.items(), key=repr)) == repr(sorted(_beams(dofn, fn, rows, windows_of).items(), key=repr))
+
+
+def test_a_tuple_with_a_combine_fn_of_its_own_keeps_beams_path():
+    dofn, fn = _map_and_combine(beam.GroupBy("k").aggregate_field("x", combiners.TopCombineFn(2), "top"))
+    assert plain_tuple_accumulators(fn) is None
+    assert not _direct._takes_fields(_direct.DirectCombine(
+        "c", pickler.dumps((fn, [], {})), core.Windowing(window.GlobalWindows())), aggregated_fields(_direct._map_fn(dofn)))
+
+
+def test_a_row_without_the_field_fails_naming_the_step():
+    dofn, fn = _map_and_combine(beam.GroupBy("k").aggregate_field("x", sum, "s"))
+    with pytest.raises(_direct.StepFailed, match=r"(?s)AttributeError.*x.*\[while running 'G/Map'\]"):
+        _run_chain(dofn, fn, [beam.Row(k=1, x=1.0), beam.Row(k=2, z=1.0)], core.Windowing(window.GlobalWindows()))
+
+
+def _rows(p):
+    return (p | beam.Create([(i % 7, i % 3, float(i) / 4, i) for i in range(500)])
+            | beam.Map(lambda t: beam.Row(k=t[0], j=t[1], x=t[2], n=t[3])))
+
+
+@pytest.mark.usefixtures("spark")
+def test_grouped_aggregates_of_fields_equal_direct_runners(tmp_path):
+    def build(p):
+        return (_rows(p)
+                | beam.GroupBy("k", "j").aggregate_field("x", sum, "total").aggregate_field("n", max, "most")
+                .aggregate_field("x", combiners.MeanCombineFn(), "mean").aggregate_field("n", combiners.CountCombineFn(), "n")
+                | beam.Map(tuple))
+    got = spark_equals_direct(build, tmp_path)
+    assert len(got) == 21 and sum(row[5] for row in got) == 500
+
+
+@pytest.mark.usefixtures("spark")
+def test_windowed_grouped_aggregates_of_fields_equal_direct_runners(tmp_path):
+    def build(p):
+        return (_rows(p)
+                | beam.Map(lambda r: window.TimestampedValue(r, r.n))
+                | beam.WindowInto(window.FixedWindows(60))
+                | beam.GroupBy("k").aggregate_field("x", sum, "total")
+                | beam.Map(lambda r, w=beam.DoFn.WindowParam: (r.k, r.total, w.start.micros)))
+    got = spark_equals_direct(build, tmp_path)
+    assert len(got) == 7 * 9 and sum(row[1] for row in got) == sum(i / 4 for i in range(500))
