@@ -28,6 +28,7 @@ from runner_throughput import (  # noqa: E402
     beam_combine,
     beam_gbk,
     beam_rows,
+    beam_rows_grouped,
     beam_sessions,
     beam_side_join,
     beam_side_mean,
@@ -40,7 +41,7 @@ from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
 
 CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "cogbk", "side_join", "dofn_setup", "windowed",
-         "sessions", "rows", "sliding_1min", "sliding_1day", "streaming")
+         "sessions", "rows", "rows_grouped", "sliding_1min", "sliding_1day", "streaming")
 STREAMING = {"streaming"}
 
 
@@ -89,6 +90,7 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "windowed": lambda p: beam_windowed(p, words, 1_000),
             "sessions": lambda p: beam_sessions(p, words, 1_000),
             "rows": lambda p: beam_rows(p, words, 1_000),
+            "rows_grouped": lambda p: beam_rows_grouped(p, words, 1_000),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
             "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
             # 10 micro-batches with an element, 10 more moving the watermark

@@ -118,6 +118,14 @@ def beam_rows(p, n, keys):
             | beam.combiners.Count.Globally())
 
 
+def beam_rows_grouped(p, n, keys):
+    """The same rows grouped whole by Beam's schema-aware ``GroupBy``; the groups counted."""
+    return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle() | beam.FlatMap(_amounts(n))
+            | beam.Map(lambda i: beam.Row(key=i % keys, amount=float(i)))
+            | beam.GroupBy("key") | beam.MapTuple(lambda key, rows: len(rows))
+            | beam.combiners.Count.Globally())
+
+
 def beam_gbk(p, n, keys):
     return (p | beam.Create(range(_SHARDS)) | beam.Reshuffle()
             | beam.FlatMap(_pairs(n, keys)) | beam.GroupByKey()
@@ -197,6 +205,11 @@ def rdd_rows(sc, n, keys):
             .map(lambda i: (i % keys, float(i))).reduceByKey(operator.add).count())
 
 
+def rdd_rows_grouped(sc, n, keys):
+    return (sc.parallelize(range(_SHARDS), _SHARDS).flatMap(_amounts(n))
+            .map(lambda i: (i % keys, (i % keys, float(i)))).groupByKey().mapValues(len).count())
+
+
 def rdd_gbk(sc, n, keys):
     return (sc.parallelize(range(_SHARDS), _SHARDS).flatMap(_pairs(n, keys))
             .groupByKey().mapValues(len).values().sum())
@@ -233,7 +246,8 @@ def rdd_side_join(sc, n, side_size):
 
 
 # -- cases ----------------------------------------------------------------------
-PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "windowed", "sessions", "rows")
+PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "windowed", "sessions", "rows",
+             "rows_grouped")
 SWEPT = ("wordcount", "side_mean")
 
 
@@ -282,6 +296,9 @@ def case(name: str, n: int, texts: _Texts, sc) -> tuple[str, Callable, Callable]
     if name == "rows":
         return (f"schema rows, GroupBy(field).aggregate_field ({_COMBINE_KEYS:,} keys)",
                 lambda p: beam_rows(p, n, _COMBINE_KEYS), lambda: rdd_rows(sc, n, _COMBINE_KEYS))
+    if name == "rows_grouped":
+        return (f"schema rows, GroupBy(field), groups counted ({_COMBINE_KEYS:,} keys)",
+                lambda p: beam_rows_grouped(p, n, _COMBINE_KEYS), lambda: rdd_rows_grouped(sc, n, _COMBINE_KEYS))
     raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 

@@ -49,9 +49,9 @@ from beam_ext.runner._shuffle import Buckets, ShuffleWriter
 from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
-from beam_ext.runner.worker._aggregate_fields import AggregatedFields, aggregated_fields, closure
 from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
 from beam_ext.runner.worker._plain_accumulators import plain_accumulators, plain_tuple_accumulators
+from beam_ext.runner.worker._schema_group_by import AggregatedFields, aggregated_fields, closure, grouped_pairs
 from beam_ext.runner.worker._setup import WorkerSetup
 
 
@@ -198,7 +198,8 @@ def _map_fn(dofn: Any) -> Callable | None:
 
     Called directly, it saves the wrapper's call and one-element list per
     element. Recognised by the wrapper's code, which pickling copies but
-    keeps equal.
+    keeps equal. A ``GroupBy``'s ``Map`` gets an equal function that builds
+    the key function once (:func:`grouped_pairs`).
     """
     from apache_beam.transforms import core
 
@@ -208,7 +209,8 @@ def _map_fn(dofn: Any) -> Callable | None:
     code = getattr(wrapper, "__code__", None)
     if code is None or code not in _map_wrapper_codes():
         return None
-    return closure(wrapper)["fn"]
+    fn = closure(wrapper)["fn"]
+    return grouped_pairs(fn) or fn
 
 
 def _key_with_none(value: Any) -> tuple:
@@ -936,7 +938,7 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
     if unkeyed:
         steps.pop()
     # GroupBy(...).aggregate_field(...)'s pairs, read by field name for a
-    # partial combine of plain accumulators (see _aggregate_fields).
+    # partial combine of plain accumulators (see _schema_group_by).
     fields, fields_step = None, None
     if (chain.precombine is not None and not unkeyed and steps and steps[-1][1] is not None
             and not steps[-1][0].side_inputs):

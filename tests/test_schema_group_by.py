@@ -1,7 +1,10 @@
-"""``GroupBy(...).aggregate_field(...)`` read by field name, into a partial combine of plain accumulators.
+"""Beam's schema-aware ``GroupBy`` read by field name.
 
-The fast path must give what Beam's own ``Map`` and ``TupleCombineFn``
-give: the same keys (Beam's ``Key`` rows) and accumulators, to the bit.
+``GroupBy(...).aggregate_field(...)`` goes into a partial combine of plain
+accumulators, which must give what Beam's own ``Map`` and
+``TupleCombineFn`` give: the same keys (Beam's ``Key`` rows) and
+accumulators, to the bit. A ``GroupBy`` without aggregation gets an equal
+``Map`` function that builds its key function once.
 """
 from __future__ import annotations
 
@@ -15,8 +18,14 @@ from pipeline_outputs import spark_equals_direct
 
 from beam_ext.runner import _element_batches as element_batches
 from beam_ext.runner.worker import _direct
-from beam_ext.runner.worker._aggregate_fields import AggregatedFields, _beams_codes, aggregated_fields
 from beam_ext.runner.worker._plain_accumulators import plain_tuple_accumulators
+from beam_ext.runner.worker._schema_group_by import (
+    AggregatedFields,
+    _beams_codes,
+    aggregated_fields,
+    closure,
+    grouped_pairs,
+)
 
 
 def _applied(build) -> dict:
@@ -35,12 +44,18 @@ def _applied(build) -> dict:
     return found
 
 
-def _map_and_combine(grouping) -> tuple:
-    """The pickled ``Map`` DoFn and ``CombineFn`` of ``grouping``, as a worker gets them."""
+def _map_dofn(grouping) -> tuple:
+    """The pickled ``Map`` DoFn of ``grouping`` and its applied transforms by label, as a worker gets them."""
     found = _applied(lambda rows: rows | "G" >> grouping)
     [pardo] = [t for label, t in found.items() if label.startswith("G/Map(")]
+    return pickler.loads(pickler.dumps(pardo.fn)), found
+
+
+def _map_and_combine(grouping) -> tuple:
+    """The pickled ``Map`` DoFn and ``CombineFn`` of ``grouping``, as a worker gets them."""
+    dofn, found = _map_dofn(grouping)
     [combine] = [t for t in found.values() if isinstance(t, core.CombinePerKey)]
-    return pickler.loads(pickler.dumps(pardo.fn)), pickler.loads(pickler.dumps(combine.fn))
+    return dofn, pickler.loads(pickler.dumps(combine.fn))
 
 
 def _fields(grouping) -> AggregatedFields | None:
@@ -72,6 +87,7 @@ def test_a_callable_key_or_value_keeps_beams_map(grouping):
 def test_other_maps_are_not_taken_for_one():
     assert aggregated_fields(lambda x: (x, x)) is None
     assert aggregated_fields(len) is None
+    assert grouped_pairs(lambda x: (x, x)) is None
 
 
 _ROWS = st.lists(st.builds(
@@ -189,3 +205,29 @@ def test_windowed_grouped_aggregates_of_fields_equal_direct_runners(tmp_path):
                 | beam.Map(lambda r, w=beam.DoFn.WindowParam: (r.k, r.total, w.start.micros)))
     got = spark_equals_direct(build, tmp_path)
     assert len(got) == 7 * 9 and sum(row[1] for row in got) == sum(i / 4 for i in range(500))
+
+
+@pytest.mark.parametrize("grouping", [
+    beam.GroupBy("k"), beam.GroupBy("k", "j"), beam.GroupBy(lambda r: r.k % 2), beam.GroupBy("k", j=lambda r: r.j * 2),
+    beam.GroupBy(k=lambda r: r.k),
+], ids=["a field", "two fields", "a callable", "a field and a callable", "a keyword callable"])
+@settings(max_examples=15, deadline=None)
+@given(rows=_ROWS)
+def test_a_group_bys_pairs_equal_beams(grouping, rows):
+    # The Map of a GroupBy without aggregation, its key function built once:
+    # the same pairs as Beam's, keys of the same type.
+    dofn, _ = _map_dofn(grouping)
+    beams = closure(dofn._fn)["fn"]
+    ours = _direct._map_fn(dofn)
+    assert ours is not beams and grouped_pairs(beams) is not None
+    assert [(type(k), k, v) for k, v in map(ours, rows)] == [(type(k), k, v) for k, v in map(beams, rows)]
+
+
+@pytest.mark.usefixtures("spark")
+def test_grouped_rows_equal_direct_runners(tmp_path):
+    def build(p):
+        return (_rows(p)
+                | beam.GroupBy("k", "j")
+                | beam.MapTuple(lambda key, rows: (type(key).__name__, key.k, key.j, sorted(r.n for r in rows))))
+    got = spark_equals_direct(build, tmp_path)
+    assert len(got) == 21 and sorted(n for row in got for n in row[3]) == list(range(500))

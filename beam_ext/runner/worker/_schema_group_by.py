@@ -1,0 +1,141 @@
+"""Beam's schema-aware ``GroupBy`` read by field name, without its per-element lambdas.
+
+Beam expands ``GroupBy("k").aggregate_field("x", sum, "total")`` into a
+``Map`` making each element's ``(Key(k=...), [x, ...])`` pair, through
+several lambdas and a named tuple per element, then a ``CombinePerKey`` of
+a ``TupleCombineFn``. When every key and value is a field named by a string
+and the combine keeps plain accumulators
+(:mod:`beam_ext.runner.worker._plain_accumulators`), the pairs are read
+with ``operator.attrgetter`` instead, in C, and a key becomes Beam's
+``Key`` row only once per partial accumulator, when the combine emits it
+(:func:`aggregated_fields`). ``benchmarks/runner_ab.py rows`` times a
+pipeline that has one.
+
+A ``GroupBy`` without aggregation expands into a ``Map`` making
+``(key, element)`` pairs that builds its key function anew for every
+element; :func:`grouped_pairs` builds it once, reading string fields with
+``operator.attrgetter``.
+
+The ``Map``s are recognised by the code of Beam's lambdas (which pickling
+copies but keeps equal) and read through their closures;
+``tests/test_schema_group_by.py`` fails if a Beam release changes them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from operator import attrgetter
+from typing import Any, Callable, NamedTuple
+
+
+def closure(fn: Callable) -> dict:
+    """The variables a nested function reads from its enclosing scope, by name."""
+    return dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__ or ())))
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregatedFields:
+    """The fields a ``GroupBy(...).aggregate_field(...)`` groups by and
+    aggregates, and Beam's maker of its ``Key`` rows."""
+
+    key_fields: tuple[str, ...]
+    value_fields: tuple[str, ...]
+    key_type: Callable[..., tuple]
+
+    def pairs(self, rows: list) -> list:
+        """``(key, value)`` pairs of ``rows``: the key is the key field's
+        value, or the tuple of the key fields' values; the value likewise."""
+        keys = map(attrgetter(*self.key_fields), rows)
+        return list(zip(keys, map(attrgetter(*self.value_fields), rows)))
+
+    def key(self, raw: Any) -> tuple:
+        """Beam's ``Key`` row of a key of :meth:`pairs`."""
+        return self.key_type(raw) if len(self.key_fields) == 1 else self.key_type(*raw)
+
+
+def _lambdas(code: types.CodeType) -> dict:
+    return {frozenset(const.co_freevars): const for const in code.co_consts
+            if isinstance(const, types.CodeType) and const.co_name == "<lambda>"}
+
+
+class _BeamsCodes(NamedTuple):
+    pair: types.CodeType  # aggregate_field's Map: (key_func(x), value_func(x))
+    key: types.CodeType  # a key of several fields, or of one forced to a tuple
+    values: types.CodeType  # aggregate_field's values
+    field: types.CodeType  # a field named by a string
+    grouped: types.CodeType  # GroupBy's Map: (self._key_func()(x), x)
+
+
+@functools.cache
+def _beams_codes() -> _BeamsCodes | None:
+    """The codes of Beam's lambdas; None if this Beam release has other ones."""
+    from apache_beam.transforms import core
+
+    try:
+        expand = _lambdas(core._GroupAndAggregate.expand.__code__)
+        return _BeamsCodes(expand[frozenset(("key_func", "value_func"))],
+                           _lambdas(core.GroupBy._key_func.__code__)[frozenset(("key_exprs", "key_type"))],
+                           expand[frozenset(("value_exprs",))],
+                           _lambdas(core._expr_to_callable.__code__)[frozenset(("expr",))],
+                           _lambdas(core.GroupBy.expand.__code__)[frozenset(("self",))])
+    except (AttributeError, KeyError):
+        return None
+
+
+def _field_names(exprs: Any, field_code: types.CodeType) -> tuple[str, ...] | None:
+    names = []
+    for expr in exprs:
+        if getattr(expr, "__code__", None) != field_code:
+            return None
+        name = closure(expr)["expr"]
+        if type(name) is not str:
+            return None
+        names.append(name)
+    return tuple(names) if names else None
+
+
+def aggregated_fields(fn: Callable) -> AggregatedFields | None:
+    """The fields of ``fn`` if it is the ``Map`` function of a
+    ``GroupBy(...).aggregate_field(...)`` whose keys and values are all
+    fields named by strings; else None."""
+    codes = _beams_codes()
+    if codes is None or getattr(fn, "__code__", None) != codes.pair:
+        return None
+    outer = closure(fn)
+    key_func, value_func = outer["key_func"], outer["value_func"]
+    if getattr(key_func, "__code__", None) != codes.key or getattr(value_func, "__code__", None) != codes.values:
+        return None
+    keyed = closure(key_func)
+    key_fields = _field_names(keyed["key_exprs"], codes.field)
+    value_fields = _field_names(closure(value_func)["value_exprs"], codes.field)
+    if key_fields is None or value_fields is None:
+        return None
+    return AggregatedFields(key_fields, value_fields, keyed["key_type"])
+
+
+def _key_reader(key_func: Callable, codes: _BeamsCodes) -> Callable:
+    """Beam's key function of a ``GroupBy``, or an equal one reading its string fields with ``attrgetter``."""
+    field = _field_names((key_func,), codes.field)
+    if field is not None:
+        return attrgetter(*field)
+    if getattr(key_func, "__code__", None) == codes.key:
+        keyed = closure(key_func)
+        names = _field_names(keyed["key_exprs"], codes.field)
+        if names is not None:
+            key_type, read = keyed["key_type"], attrgetter(*names)
+            if len(names) == 1:
+                return lambda element: key_type(read(element))
+            return lambda element: key_type(*read(element))
+    return key_func
+
+
+def grouped_pairs(fn: Callable) -> Callable | None:
+    """If ``fn`` is the ``Map`` function of a ``GroupBy`` without
+    aggregation: an equal one whose key function is built once, not per
+    element; else None."""
+    codes = _beams_codes()
+    if codes is None or getattr(fn, "__code__", None) != codes.grouped:
+        return None
+    key = _key_reader(closure(fn)["self"]._key_func(), codes)
+    return lambda element: (key(element), element)
