@@ -10,6 +10,13 @@ batch a list of ``WindowedValue``, or a :class:`Same`: values that share one
 timestamp, window set and pane, as most batch pipelines' elements do (the
 global window, a bounded read's timestamp).
 
+A bounded batch may also be held as columns (:class:`Columns`): a native
+step that computes on columns hands them on as they are, and a step that
+can take columns (a ``Map`` that only picks fields,
+:mod:`beam_ext.runner.worker._projection`; the Parquet write) uses them
+with no Python object per element. Any other step gets the elements made
+from them, the same ones the producer would have made.
+
 An RDD of such batches is an :class:`ElementBatches`; the batch executor
 keeps the buffers between object steps in that form.
 """
@@ -53,6 +60,60 @@ class Same:
         return list(map(self.template.with_value, self.values))
 
 
+class Columns:
+    """A batch of bounded elements (global window, minimum timestamp) held as columns.
+
+    ``groups``: one or more groups of named columns, each an Arrow array or
+    table column, or a list of Python values, all of ``size`` rows. An
+    element is its row of each group as a dict (keys in column order): with
+    ``pair``, the tuple of one dict per group; else the first group's dict.
+    An Arrow column's values are its ``to_pylist()`` values, as a row dict
+    made by Arrow's ``Table.to_pylist`` has them.
+    """
+
+    __slots__ = ("groups", "pair", "size")
+
+    def __init__(self, groups: tuple[tuple[tuple[str, Any], ...], ...], pair: bool, size: int) -> None:
+        self.groups = groups
+        self.pair = pair
+        self.size = size
+
+    def __reduce__(self) -> tuple:
+        return Columns, (self.groups, self.pair, self.size)
+
+    def names(self) -> tuple[tuple[str, ...], ...]:
+        """The column names of each group, in order."""
+        return tuple(tuple(name for name, _ in group) for group in self.groups)
+
+    def values(self) -> list:
+        """The elements' values."""
+        dicts = [_row_dicts(group, self.size) for group in self.groups]
+        return list(zip(*dicts)) if self.pair else dicts[0]
+
+    def batches(self) -> Iterator[Same]:
+        """The elements, as batches of :data:`BATCH`."""
+        return bounded_batches(self.values())
+
+
+def column_values(column: Any) -> list:
+    """A column's values as Python objects."""
+    return column if isinstance(column, list) else column.to_pylist()
+
+
+def _row_dicts(group: tuple[tuple[str, Any], ...], size: int) -> list[dict]:
+    names = [name for name, _ in group]
+    if group and len(set(names)) == len(names) and not any(isinstance(column, list) for _, column in group):
+        import pyarrow as pa
+
+        return pa.Table.from_arrays([column for _, column in group], names=names).to_pylist()
+    # Filled a column at a time, which is faster than a dict(zip()) per row.
+    out: list[dict] = [{} for _ in range(size)]
+    for name, column in group:
+        for row, value in zip(out, column_values(column)):
+            row[name] = value
+    return out
+
+
 def batched(values: Iterable[Any], size: int = BATCH) -> Iterator[list]:
     """``values`` in lists of at most ``size``."""
     batch: list = []
@@ -81,9 +142,20 @@ def as_batch(batch: Same | list) -> Same | list:
     return Same(first, [wv.value for wv in batch])
 
 
-def windowed(batch: Same | list) -> list:
+def windowed(batch: Same | list | Columns) -> list:
     """The ``WindowedValue`` elements of ``batch``."""
+    if type(batch) is Columns:
+        return list(map(BOUNDED.with_value, batch.values()))
     return batch.windowed() if type(batch) is Same else batch
+
+
+def as_batches(batches: Iterable[Same | list | Columns]) -> Iterator[Same | list]:
+    """``batches`` as :func:`as_batch` makes them, a :class:`Columns` as its elements' batches."""
+    for batch in batches:
+        if type(batch) is Columns:
+            yield from batch.batches()
+        else:
+            yield as_batch(batch)
 
 
 def bounded_batches(values: Iterable[Any]) -> Iterator[Same]:
@@ -100,7 +172,9 @@ def values_per_window(batches: Iterable[Same | list]) -> Iterator[Any]:
     """Each element's value, once per window it is in (what a sink writes
     after Beam's ``WriteImpl`` puts every element into the global window)."""
     for batch in batches:
-        if type(batch) is Same:
+        if type(batch) is Columns:
+            yield from batch.values()
+        elif type(batch) is Same:
             n = len(batch.template.windows)
             yield from batch.values if n == 1 else chain.from_iterable(zip(*repeat(batch.values, n)))
         else:
@@ -116,7 +190,7 @@ def _batches_of(values: Iterator[WindowedValue]) -> Iterator[Same | list]:
 
 @dataclasses.dataclass(frozen=True)
 class ElementBatches:
-    """A PCollection as an RDD of batches (each a :class:`Same` or a list of ``WindowedValue``)."""
+    """A PCollection as an RDD of batches (each a :class:`Same`, a list of ``WindowedValue`` or a :class:`Columns`)."""
 
     rdd: Any
 

@@ -21,23 +21,45 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_ext.runner._element_batches import ElementBatches, Same, batched, values_per_window
+from beam_ext.runner._element_batches import Columns, ElementBatches, Same, batched, values_per_window
 
 #: ``write_values(sink, handle, values)``: writes a shard's values through ``handle``, from ``sink.open``.
 WriteValues = Callable[[Any, Any, Iterator[Any]], None]
+#: ``write_columns(sink, batches)``: how a shard's batches held as row
+#: columns are written through a handle, or None where they must be made
+#: into elements first.
+WriteColumns = Callable[[Any, list], Callable[[Any], None] | None]
 
 
-def _write_shard(sink: Any, temp_dir: str, write_values: WriteValues, index: int,
-                 batches: Iterator[Same | list]) -> Iterator[str]:
+def _write_shard(sink: Any, temp_dir: str, write_values: WriteValues, write_columns: WriteColumns | None,
+                 index: int, batches: Iterator[Same | list | Columns]) -> Iterator[str]:
     """Writes one partition (batches of elements) as one shard; yields its temporary path (none if empty)."""
     from pyspark import TaskContext
 
-    # Beam's WriteImpl rewindows into the global window first: an element
-    # in several windows is written once per window.
-    values = values_per_window(batches)
-    first = next(values, _NONE)
-    if first is _NONE:
+    batches = iter(batches)
+    write = None
+    first_batch = next(batches, _NONE)
+    if first_batch is _NONE:
         return
+    batches = _prepend(first_batch, batches)
+    if write_columns is not None and type(first_batch) is Columns:
+        held = list(batches)
+        if all(type(batch) is Columns and not batch.pair for batch in held):
+            write = write_columns(sink, held)
+            if write is not None and not any(batch.size for batch in held):
+                return
+        batches = iter(held)
+    if write is None:
+        # Beam's WriteImpl rewindows into the global window first: an element
+        # in several windows is written once per window.
+        values = values_per_window(batches)
+        first = next(values, _NONE)
+        if first is _NONE:
+            return
+        rest = _prepend(first, values)
+
+        def write(handle: Any) -> None:
+            write_values(sink, handle, rest)
     # Beam's temporary names end as the final ones, so compression AUTO
     # picks the same codec from the suffix.
     suffix = "." + os.path.basename(sink.file_path_prefix.get()) + sink.file_name_suffix.get()
@@ -46,7 +68,7 @@ def _write_shard(sink: Any, temp_dir: str, write_values: WriteValues, index: int
         temp_dir, f"shard-{index:05d}-attempt-{TaskContext.get().attemptNumber()}-{uuid.uuid4().hex}") + suffix
     handle = sink.open(attempt)
     try:
-        write_values(sink, handle, _prepend(first, values))
+        write(handle)
     finally:
         sink.close(handle)
     FileSystems.rename([attempt], [path])
@@ -61,9 +83,12 @@ def _prepend(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
     yield from rest
 
 
-def write_shards(sink: Any, elements: Any, ctx: Any, write_values: WriteValues) -> Any:
+def write_shards(sink: Any, elements: Any, ctx: Any, write_values: WriteValues,
+                 write_columns: WriteColumns | None = None) -> Any:
     """Writes ``elements`` (:class:`ElementBatches`, or an RDD of ``WindowedValue``)
-    with ``sink``; returns an RDD of the final file names."""
+    with ``sink``; returns an RDD of the final file names. ``write_columns``:
+    how batches held as row columns are written without an element each,
+    where they can be."""
     sc = ctx.spark.sparkContext
     if not isinstance(elements, ElementBatches):
         elements = ElementBatches(elements.mapPartitions(batched))
@@ -80,7 +105,7 @@ def write_shards(sink: Any, elements: Any, ctx: Any, write_values: WriteValues) 
             rdd = elements.elements().repartition(num_shards).mapPartitions(batched)
     temp_dir = sink.initialize_write()
     written = sorted(rdd.mapPartitionsWithIndex(
-        functools.partial(_write_shard, sink, temp_dir, write_values)).collect())
+        functools.partial(_write_shard, sink, temp_dir, write_values, write_columns)).collect())
     min_shards = max(num_shards, 1)
     if len(written) < min_shards and (written or not sink.skip_if_empty):
         # As Beam's WriteImpl: empty shards up to the shard count.

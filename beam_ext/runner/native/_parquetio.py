@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 from apache_beam.io.filesystems import FileSystems
 
-from beam_ext.runner._element_batches import ElementBatches, bounded_batches
+from beam_ext.runner._element_batches import ElementBatches, bounded_batches, column_values
 from beam_ext.runner.native._arrow_rows import ArrowRows
 from beam_ext.runner.native._file_sink import write_shards
 
@@ -184,22 +184,97 @@ def _row_tables(schema: Any, row_group_buffer_size: int, record_batch_size: int,
     This builds the same batches a column at a time instead of a value at a
     time (Beam's per-row loop costs several microseconds per row).
     """
+    def record_batches() -> Iterator[Any]:
+        while chunk := list(itertools.islice(rows, record_batch_size)):
+            yield _batch(schema, chunk)
+    return _record_tables(schema, row_group_buffer_size, record_batches())
+
+
+def _record_tables(schema: Any, row_group_buffer_size: int, record_batches: Iterator[Any]) -> Iterator[Any]:
+    """Record batches gathered into tables as Beam's ``_RowDictionariesToArrowTable`` does:
+    a table once they hold ``row_group_buffer_size`` bytes and another follows; the rest at the end."""
     import pyarrow as pa
 
     batches: list = []
     held = 0
-    pending = list(itertools.islice(rows, record_batch_size))
-    while pending:
-        following = list(itertools.islice(rows, record_batch_size))
-        batch = _batch(schema, pending)
+    batch = next(record_batches, None)
+    while batch is not None:
+        following = next(record_batches, None)
         batches.append(batch)
         held += sum(b.size for column in batch.columns for b in column.buffers() if b is not None)
-        if following and held >= row_group_buffer_size:
+        if following is not None and held >= row_group_buffer_size:
             yield pa.Table.from_batches(batches, schema=schema)
             batches, held = [], 0
-        pending = following
+        batch = following
     if batches:
         yield pa.Table.from_batches(batches, schema=schema)
+
+
+# Arrow types whose values a column hands over as they are: the same ones
+# (and the same buffers) as an array built from their Python values.
+def _as_is(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+
+
+def _column_array(field: Any, column: Any, start: int, stop: int) -> Any:
+    """Rows ``start:stop`` of a row column as the array Beam's ``_flush_buffer`` would make of them."""
+    import pyarrow as pa
+
+    if isinstance(column, list):
+        return pa.array(column[start:stop], type=field.type)
+    part = column.slice(start, stop - start)
+    if part.type == field.type and _as_is(field.type) and part.null_count == 0:
+        return pa.array(part.to_numpy(), type=field.type)
+    return pa.array(part.to_pylist(), type=field.type)
+
+
+def _columns_writer(config: ParquetWriteConfig, sink: Any, batches: list) -> Any:
+    """How a shard's batches held as row columns are written (see :func:`_column_tables`), or None."""
+    tables = _column_tables(sink._schema, config.row_group_buffer_size, config.record_batch_size, batches)
+    if tables is None:
+        return None
+
+    def write(writer: Any) -> None:
+        for table in tables:
+            sink.write_record(writer, table)
+    return write
+
+
+def _column_tables(schema: Any, row_group_buffer_size: int, record_batch_size: int,
+                   batches: list) -> Iterator[Any] | None:
+    """The tables :func:`_row_tables` would make of the row dicts of
+    ``batches`` (:class:`Columns` of row dicts), built from their columns;
+    None if a required field is missing (Beam fails on the rows) or the
+    batches' columns differ."""
+    import pyarrow as pa
+
+    names = batches[0].names()[0]
+    if any(batch.names()[0] != names for batch in batches):
+        return None
+    present = set(names)
+    if any(not field.nullable and field.name not in present for field in schema):
+        return None
+    columns: dict[str, Any] = {}
+    for index, name in enumerate(names):  # a repeated name: the last column, as in a row dict
+        parts = [batch.groups[0][index][1] for batch in batches]
+        if all(isinstance(part, list) for part in parts):
+            columns[name] = list(itertools.chain.from_iterable(parts))
+        elif all(not isinstance(part, list) and part.type == parts[0].type for part in parts):
+            columns[name] = pa.chunked_array([chunk for part in parts for chunk in (
+                part.chunks if isinstance(part, pa.ChunkedArray) else [part])], type=parts[0].type)
+        else:
+            columns[name] = list(itertools.chain.from_iterable(map(column_values, parts)))
+    size = sum(batch.size for batch in batches)
+
+    def record_batches() -> Iterator[Any]:
+        for start in range(0, size, record_batch_size):
+            stop = min(start + record_batch_size, size)
+            yield pa.RecordBatch.from_arrays([
+                _column_array(field, columns[field.name], start, stop) if field.name in columns
+                else pa.array([None] * (stop - start), type=field.type) for field in schema], schema=schema)
+    return _record_tables(schema, row_group_buffer_size, record_batches())
 
 
 def _write_rows(config: ParquetWriteConfig, sink: Any, writer: Any, rows: Iterator[Any]) -> None:
@@ -213,5 +288,7 @@ def write_parquet_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     from apache_beam.internal import pickler
 
     config: ParquetWriteConfig = pickler.loads(payload)
-    write = _write_tables if config.record_batch_size is None else functools.partial(_write_rows, config)
-    return write_shards(config.sink, rdd, ctx, write)
+    if config.record_batch_size is None:
+        return write_shards(config.sink, rdd, ctx, _write_tables)
+    return write_shards(config.sink, rdd, ctx, functools.partial(_write_rows, config),
+                        functools.partial(_columns_writer, config))

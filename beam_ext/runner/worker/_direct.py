@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import traceback
+from itertools import chain as chained
 from itertools import islice, repeat
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -44,13 +45,14 @@ from apache_beam.transforms import combiners, core
 from apache_beam.utils.windowed_value import create as new_windowed
 
 from beam_ext.errors import BeamExtError
-from beam_ext.runner._element_batches import BATCH, Same, as_batch, windowed
+from beam_ext.runner._element_batches import BATCH, Columns, Same, as_batch, as_batches, windowed
 from beam_ext.runner._shuffle import Buckets, ShuffleWriter
 from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
 from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
 from beam_ext.runner.worker._plain_accumulators import plain_accumulators, plain_tuple_accumulators
+from beam_ext.runner.worker._projection import project, projection, traceable
 from beam_ext.runner.worker._schema_group_by import AggregatedFields, aggregated_fields, closure, grouped_pairs
 from beam_ext.runner.worker._setup import WorkerSetup
 
@@ -625,6 +627,43 @@ def _run_fields(name: str, fields: AggregatedFields, tracker: _Tracker, state: _
         yield out
 
 
+def _picks_fields(step: DirectStep, info: tuple) -> bool:
+    """Whether ``step`` is a ``Map`` that may only pick fields (see :mod:`._projection`)."""
+    dofn, args, kwargs, _, _ = info
+    fn = _map_fn(dofn)
+    return (fn is not None and fn is not _key_with_none and not step.side_inputs and not args and not kwargs
+            and traceable(fn))
+
+
+def _run_picking(step: DirectStep, dofn: Any, tracker: _Tracker, state: _State, batches: Iterator[Any],
+                 needs_setup: bool) -> Iterator[Same | list | Columns]:
+    """A ``Map`` that may only pick fields: a batch held as columns becomes
+    the columns it picks (:func:`project`); any other batch, or one it does
+    not only pick fields of, runs per element as before."""
+    batches = iter(batches)
+    first = next(batches, None)
+    if type(first) is not Columns:  # a producer's batches are all of a kind: these run as before
+        if first is not None:
+            yield from _run_step(step.name, dofn, (), {}, step.window_fn, tracker, state,
+                                 as_batches(chained([first], batches)), needs_setup=needs_setup)
+        return
+    fn = _map_fn(dofn)
+    picked: dict[tuple, dict | None] = {}  # by the columns' names
+    for batch in chained([first], batches):
+        if type(batch) is Columns:
+            names = batch.names()
+            if names not in picked:
+                picked[names] = projection(fn, names, batch.pair)
+            fields = picked[names]
+            if fields is not None:
+                tracker.enter(state)
+                yield project(fields, batch)
+                continue
+        yield from _run_step(step.name, dofn, (), {}, step.window_fn, tracker, state, as_batches([batch]),
+                             needs_setup=needs_setup)
+        needs_setup = False
+
+
 # The partial combine adds a batch's values per key in one call while a
 # batch holds at most one key per _FEW_KEYS elements, and checks again every
 # _REGROUP_EVERY batches.
@@ -917,7 +956,6 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
         setup.apply()  # before the DoFns are unpickled
     tracker = _Tracker()
     containers = []
-    batches = map(as_batch, batches)
     previous = statesampler.get_current_tracker()
     acquired: list[tuple[bytes, tuple]] = []
     fresh: set[int] = set()
@@ -960,10 +998,20 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
                  or keyed_assigner(chain.precombine.windowing.windowfn) is not None)):
         folded = steps.pop(at)[1][0].windowfn
     try:
-        for step, info in steps:
+        # A first step that only picks fields may take batches held as columns.
+        picks = steps and steps[0][1] is not None and _picks_fields(steps[0][0], steps[0][1])
+        if not picks:
+            batches = as_batches(batches)
+        for n, (step, info) in enumerate(steps):
             container = MetricsContainer(step.name)
             containers.append((step.name, container))
-            if info is None:
+            if n == 0 and picks:
+                dofn, args, kwargs, _, _ = info
+                batches = _run_picking(step, dofn, tracker, _State(container), batches,
+                                       needs_setup=id(info) in fresh)
+                if len(steps) > 1 or chain.precombine is not None or chain.shuffle is not None or not batches_out:
+                    batches = as_batches(batches)
+            elif info is None:
                 batches = _run_phase(step, tracker, _State(container), batches)
             elif step is fields_step:
                 batches = _run_fields(step.name, fields, tracker, _State(container), batches)

@@ -1,0 +1,216 @@
+"""Batches held as columns: the elements made from them, a ``Map`` that only picks fields, the Parquet write.
+
+Each columnar route must give exactly what the elements would: a picking
+``Map`` on columns what the ``Map`` gives per element, the Parquet write of
+columns the tables Beam's ``_RowDictionariesToArrowTable`` makes of the
+row dicts.
+"""
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.internal import pickler
+from apache_beam.transforms import window
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_ext.runner._element_batches import Columns, as_batches, values_per_window, windowed
+from beam_ext.runner.native._arrow_rows import row_dicts
+from beam_ext.runner.worker import _direct
+from beam_ext.runner.worker._projection import project, projection, traceable
+
+_TYPES = {"i": pa.int64(), "f": pa.float64(), "s": pa.string(), "l": pa.list_(pa.int32())}
+
+
+def _value(kind: str, draw_int: int) -> object:
+    if draw_int % 5 == 0:
+        return None
+    return {"i": draw_int - 50, "f": draw_int / 7 - 3.0, "s": f"v{draw_int % 4}", "l": [draw_int % 3] * (draw_int % 3)}[kind]
+
+
+_EVENTS = st.integers(0, 30).flatmap(lambda n: st.lists(
+    st.tuples(st.integers(0, 99), st.integers(0, 99), st.integers(0, 99), st.integers(0, 99)), min_size=n, max_size=n))
+
+
+def _pairs_batch(events: list) -> Columns:
+    """(event, features) pairs: the events' columns in Arrow (as SlidingAggregate reads them), the features in lists."""
+    table = pa.table({name: pa.array([_value(kind, e[k]) for e in events], type=_TYPES[kind])
+                      for k, (name, kind) in enumerate((("id", "i"), ("amount", "f"), ("card", "s"), ("tags", "l")))})
+    features = (("n", [e[0] % 7 for e in events]), ("mu", [None if e[1] % 4 == 0 else e[1] / 3 for e in events]))
+    return Columns((tuple(zip(table.column_names, table.columns)), features), pair=True, size=len(events))
+
+
+def test_pairs_are_the_events_row_dicts_and_the_features():
+    batch = _pairs_batch([(1, 2, 3, 4), (5, 0, 7, 8)])
+    events = [{"id": -49, "amount": 2 / 7 - 3.0, "card": "v3", "tags": [1]}, {"id": None, "amount": None,
+                                                                                 "card": "v3", "tags": [2, 2]}]
+    assert batch.values() == [(events[0], {"n": 1, "mu": 2 / 3}), (events[1], {"n": 5, "mu": None})]
+    assert [wv.value for wv in windowed(batch)] == batch.values()
+    assert list(values_per_window([batch])) == batch.values()
+    assert [v for b in as_batches([batch]) for v in b.values] == batch.values()
+
+
+def test_a_group_of_repeated_names_keeps_the_last_value_as_a_row_dict_does():
+    table = pa.Table.from_arrays([pa.array([1, 2]), pa.array(["a", "b"])], names=["x", "x"])
+    batch = Columns((tuple(zip(table.column_names, table.columns)),), pair=False, size=2)
+    assert batch.values() == row_dicts(table) == [{"x": "a"}, {"x": "b"}]
+
+
+PICKS = [
+    lambda ef: {"id": ef[0]["id"], **ef[1]},
+    lambda ef: {**ef[1], "id": ef[0]["id"], "n": ef[0]["card"]},  # a later key wins
+    lambda ef: {"tags": ef[0]["tags"], "source": "sliding", "one": 1, "none": None},
+]
+
+
+def _picks_unpacked(ef):
+    event, features = ef
+    return {"card": event["card"], "mu": features["mu"]}
+
+
+PICKS.append(_picks_unpacked)
+
+
+@pytest.mark.parametrize("fn", PICKS, ids=["id and features", "overwritten", "constants", "unpacked"])
+@settings(max_examples=30, deadline=None)
+@given(events=_EVENTS)
+def test_a_picking_map_on_columns_equals_the_map_per_element(fn, events):
+    batch = _pairs_batch(events)
+    fields = projection(fn, batch.names(), batch.pair)
+    assert fields is not None
+    picked = project(fields, batch)
+    assert not picked.pair and picked.size == batch.size
+    assert repr(picked.values()) == repr([fn(v) for v in batch.values()])
+
+
+_OFFSET = 1
+
+
+@pytest.mark.parametrize("fn", [
+    lambda ef: {"n": ef[1]["n"] * 2},  # arithmetic
+    lambda ef: {"big": ef[1]["n"] == 3},  # a comparison
+    lambda ef: {"n": ef[1]["n"] if ef[0]["id"] else 0},  # a branch on a value
+    lambda ef: {"none": ef[1]["mu"] is None},  # identity
+    lambda ef: {"id": f"{ef[0]['id']}"},  # formatting
+    lambda ef: {"id": ef[0]["id"] + _OFFSET},  # a global
+    lambda ef: {"id": len(ef[0])},  # a call
+    lambda ef: {"id": ef[0].get("id")},  # an attribute
+    lambda ef: ef[1],  # the dict itself, not a new one
+    lambda ef: (ef[0]["id"], ef[1]["n"]),  # not a dict
+    lambda ef: {"x": ef[0]["missing"]},  # a missing key: fails per element
+    lambda ef: {"ids": [ef[0]["id"]]},  # a list of values
+    lambda ef, d=1: {"id": ef[0]["id"]},  # a default
+], ids=["arithmetic", "comparison", "branch", "identity", "format", "global", "call", "attribute", "same dict",
+        "tuple", "missing key", "list", "default"])
+def test_anything_but_picking_runs_per_element(fn):
+    batch = _pairs_batch([(1, 2, 3, 4)])
+    assert projection(fn, batch.names(), batch.pair) is None
+
+
+def test_only_code_that_cannot_tell_a_stand_in_is_traced():
+    assert traceable(lambda ef: {"id": ef[0]["id"]})
+    assert not traceable(lambda ef: {"id": str(ef[0]["id"])})
+    assert not traceable(len)
+    assert not traceable(lambda ef: {"n": [x for x in ef]})  # a nested code object
+
+
+def _map_chain(*fns) -> _direct.DirectChain:
+    steps = tuple(_direct.DirectStep(f"M{i}", pickler.dumps((beam.Map(fn).fn, (), {}, None, None)),
+                                     window.GlobalWindows()) for i, fn in enumerate(fns))
+    return _direct.DirectChain(steps, None, None)
+
+
+def test_a_chain_hands_on_picked_columns_and_makes_elements_for_a_step_after():
+    batch = _pairs_batch([(1, 2, 3, 4), (5, 0, 7, 8), (9, 9, 9, 9)])
+    pick = PICKS[0]
+    [out] = list(_direct.run_direct_chain(_map_chain(pick), None, iter([batch]), [], batches_out=True))
+    assert type(out) is Columns and out.values() == [pick(v) for v in batch.values()]
+    after = list(_direct.run_direct_chain(_map_chain(pick, len), None, iter([batch]), [], batches_out=True))
+    assert [v for b in after for v in b.values] == [len(pick(v)) for v in batch.values()]
+    elements = list(_direct.run_direct_chain(_map_chain(pick), None, iter([batch]), []))
+    assert [wv.value for wv in elements] == [pick(v) for v in batch.values()]
+
+
+def test_a_picking_map_missing_a_key_fails_naming_its_step():
+    batch = _pairs_batch([(1, 2, 3, 4)])
+    with pytest.raises(_direct.StepFailed, match=r"(?s)KeyError: 'missing'.*\[while running 'M0'\]"):
+        list(_direct.run_direct_chain(_map_chain(lambda ef: {"x": ef[0]["missing"]}), None, iter([batch]), [],
+                                      batches_out=True))
+
+
+# -- the Parquet write ------------------------------------------------------------
+_OUT = pa.schema([pa.field("id", pa.int64()), pa.field("n", pa.float64()),  # n: ints written as doubles
+                  pa.field("mu", pa.float64()), pa.field("card", pa.string()), pa.field("tags", pa.list_(pa.int64())),
+                  pa.field("absent", pa.string())])
+
+
+def _beams_tables(schema, buffer_size, batch_size, rows) -> list:
+    from apache_beam.io.parquetio import _RowDictionariesToArrowTable
+    from apache_beam.transforms.window import GlobalWindow
+
+    convert = _RowDictionariesToArrowTable(schema, buffer_size, batch_size)
+    tables = [t for row in rows for t in convert.process(row, w=GlobalWindow())]
+    return tables + [wv.value for wv in convert.finish_bundle()]
+
+
+@settings(max_examples=40, deadline=None)
+@given(parts=st.lists(_EVENTS, min_size=1, max_size=3), batch=st.integers(1, 12), buffer_size=st.integers(1, 2000))
+def test_columns_become_beams_record_batches_and_tables(parts, batch, buffer_size):
+    from beam_ext.runner.native._parquetio import _column_tables
+
+    # ids as they are (int64, where none is null), the rest converted (ints to doubles, list<int32> to
+    # list<int64>, strings), a field absent.
+    def pick(ef):
+        return {"id": ef[0]["id"], "card": ef[0]["card"], "tags": ef[0]["tags"], **ef[1]}
+    batches = [project(projection(pick, b.names(), True), b) for b in map(_pairs_batch, parts)]
+    rows = [row for b in batches for row in b.values()]
+    want = _beams_tables(_OUT, buffer_size, batch, rows)
+    got = list(_column_tables(_OUT, buffer_size, batch, batches))
+    assert [t.num_rows for t in got] == [t.num_rows for t in want]
+    assert [[b.num_rows for b in t.to_batches()] for t in got] == [[b.num_rows for b in t.to_batches()] for t in want]
+    assert all(a.equals(b) for a, b in zip(got, want))
+
+
+def test_columns_missing_a_required_field_are_written_from_their_rows():
+    from beam_ext.runner.native._parquetio import _column_tables
+
+    required = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("x", pa.int64(), nullable=False)])
+    batch = project(projection(PICKS[0], _pairs_batch([]).names(), True), _pairs_batch([(1, 2, 3, 4)]))
+    assert _column_tables(required, 100, 10, [batch]) is None  # Beam's KeyError comes from the rows
+
+
+@pytest.mark.usefixtures("spark")
+@pytest.mark.parametrize("pick", ["picks", "computes"])
+def test_sliding_aggregate_then_a_map_to_parquet_equals_direct_runner(tmp_path, pick):
+    import random
+
+    from beam_ext.runner import SparkRunner
+    from beam_ext.transforms import SlidingAggregate, SlidingWindow, agg
+
+    rng = random.Random(3)
+    events = pa.table({"id": list(range(300)), "card": [rng.choice(["a", "b", "c"]) for _ in range(300)],
+                       "ts": [rng.randint(0, 200) / 4 for _ in range(300)],
+                       "amount": [rng.choice([None, rng.uniform(0, 9)]) for _ in range(300)]})
+    path = str(tmp_path / "events.parquet")
+    pq.write_table(events, path, row_group_size=70)
+    schema = pa.schema([("id", pa.int64()), ("n_w", pa.int64()), ("s_w", pa.float64()), ("src", pa.string()),
+                        ("card", pa.string())])
+    fn = ((lambda ef: {"id": ef[0]["id"], "src": "x", **ef[1]}) if pick == "picks"
+          else (lambda ef: {"id": ef[0]["id"], "n_w": ef[1]["n_w"] * 2, "s_w": ef[1]["s_w"], "card": ef[0]["card"]}))
+
+    def run(runner, out):
+        with beam.Pipeline(runner=runner) as p:
+            _ = (p | beam.io.ReadFromParquet(path)
+                 | SlidingAggregate(key="card", timestamp="ts", windows={"w": SlidingWindow(10)},
+                                    aggregations={"n": agg.count(), "s": agg.sum("amount")})
+                 | beam.Map(fn) | beam.io.WriteToParquet(out, schema, record_batch_size=40))
+        files = [os.path.join(os.path.dirname(out), f) for f in os.listdir(os.path.dirname(out))]
+        return sorted(pa.concat_tables([pq.read_table(f) for f in files]).to_pylist(), key=lambda r: r["id"])
+
+    got = run(SparkRunner(), str(tmp_path / "spark" / "out"))
+    assert len(got) == 300
+    assert got == run("DirectRunner", str(tmp_path / "direct" / "out"))
