@@ -57,7 +57,8 @@ _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
       "threading.py:wait", "socket.py:readinto")),
     # Before the reads below: "parquetio.py:" would also match beam_ext's _parquetio.py.
     ("beam_ext native IO (Parquet read and write, file shards, Create) and element-object stages",
-     ("_parquetio.py:", "_arrow_rows.py:", "_file_sink.py:", "_create.py:", "_direct.py:")),
+     ("_parquetio.py:", "_arrow_rows.py:", "_file_sink.py:", "_create.py:", "_direct.py:", "_projection.py:",
+      "_plain_accumulators.py:", "_schema_group_by.py:", "_element_batches.py:")),
     ("file read (Beam's textio and parquetio SDF machinery, or the native text reader)",
      # "textio.py:" also matches the native reader, beam_ext's _textio.py.
      ("textio.py:", "iobase.py:", "sdf_utils.py:", "range_trackers.py:", "restriction_trackers.py:",
