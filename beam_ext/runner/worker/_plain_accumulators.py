@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections import Counter
 from operator import itemgetter
 from typing import Any, Callable
@@ -23,11 +24,14 @@ from apache_beam.transforms import combiners, core
 class _Kind:
     """One CombineFn's plain accumulator: made from a key's first value,
     updated in place by each next one, and finished into Beam's compacted
-    accumulator."""
+    accumulator; ``add`` updates a table from a batch's ``(key, value)``
+    pairs, the update written out in its loop (a call per element costs
+    a tenth of a plain combine)."""
 
     new: Callable[[Any], list]
     update: Callable[[list, Any], None]
     finish: Callable[[list], Any]
+    add: Callable[[dict, Any], None]
 
 
 def _update_count(acc: list, value: Any) -> None:
@@ -37,6 +41,17 @@ def _update_count(acc: list, value: Any) -> None:
 def _update_total(acc: list, value: Any) -> None:
     acc[0] = acc[0] + value
     acc[1] += 1
+
+
+def _add_totals(new: Callable[[Any], list], table: dict, kvs: Any) -> None:
+    get = table.get
+    for key, value in kvs:
+        acc = get(key)
+        if acc is None:
+            table[key] = new(value)
+        else:  # _update_total
+            acc[0] = acc[0] + value
+            acc[1] += 1
 
 
 def _update_min(acc: list, value: Any) -> None:
@@ -50,16 +65,49 @@ def _update_max(acc: list, value: Any) -> None:
         acc[0] = value
 
 
-_COUNT = _Kind(lambda value: [1], _update_count, lambda acc: acc[0])
+def _add_extremes(better: Callable[[Any, Any], bool], table: dict, kvs: Any) -> None:
+    # _update_min or _update_max, as ``better`` is operator.lt or operator.gt.
+    get = table.get
+    for key, value in kvs:
+        acc = get(key)
+        if acc is None:
+            table[key] = [value]
+        elif better(value, acc[0]):
+            acc[0] = value
+
+
+def _count_new(value: Any) -> list:
+    return [1]
+
+
+def _mean_new(value: Any) -> list:
+    return [0 + value, 1]
+
+
+def _sum_new(value: Any) -> list:
+    return [0 + value, 1, value]
+
+
+def _add_each(new: Callable[[Any], list], update: Callable[[list, Any], None], table: dict, kvs: Any) -> None:
+    get = table.get
+    for key, value in kvs:
+        acc = get(key)
+        if acc is None:
+            table[key] = new(value)
+        else:
+            update(acc, value)
+
+
+_COUNT = _Kind(_count_new, _update_count, lambda acc: acc[0], functools.partial(_add_each, _count_new, _update_count))
 # MeanCombineFn: create_accumulator (0, 0); add_input (sum_ + element, count + 1).
-_MEAN = _Kind(lambda value: [0 + value, 1], _update_total, lambda acc: (acc[0], acc[1]))
+_MEAN = _Kind(_mean_new, _update_total, lambda acc: (acc[0], acc[1]), functools.partial(_add_totals, _mean_new))
 # CombineFn.from_callable(sum) buffers values and sums them every few:
 # 0 + a0 + a1 + ..., in order, as a running total does. A single value's
 # accumulator is the value itself: it is kept too.
-_SUM = _Kind(lambda value: [0 + value, 1, value], _update_total,
-             lambda acc: [acc[2]] if acc[1] == 1 else [acc[0]])
-_MIN = _Kind(lambda value: [value], _update_min, list)
-_MAX = _Kind(lambda value: [value], _update_max, list)
+_SUM = _Kind(_sum_new, _update_total, lambda acc: [acc[2]] if acc[1] == 1 else [acc[0]],
+             functools.partial(_add_totals, _sum_new))
+_MIN = _Kind(lambda value: [value], _update_min, list, functools.partial(_add_extremes, operator.lt))
+_MAX = _Kind(lambda value: [value], _update_max, list, functools.partial(_add_extremes, operator.gt))
 
 
 def _kind(fn: Any) -> _Kind | None:
@@ -86,17 +134,6 @@ class PlainAccumulators:
     new_table: Callable[[], dict] = dict
 
 
-def _add_each(kind: _Kind, table: dict, kvs: Any) -> None:
-    get = table.get
-    new, update = kind.new, kind.update
-    for key, value in kvs:
-        acc = get(key)
-        if acc is None:
-            table[key] = new(value)
-        else:
-            update(acc, value)
-
-
 def _add_tuples(kinds: tuple[_Kind, ...], table: dict, kvs: Any) -> None:
     get = table.get
     news = [kind.new for kind in kinds]
@@ -120,7 +157,7 @@ def plain_accumulators(fn: Any) -> PlainAccumulators | None:
     if type(fn) is combiners.CountCombineFn:
         return PlainAccumulators(_count_keys, lambda count: count, Counter)
     kind = _kind(fn)
-    return None if kind is None else PlainAccumulators(functools.partial(_add_each, kind), kind.finish)
+    return None if kind is None else PlainAccumulators(kind.add, kind.finish)
 
 
 def plain_tuple_accumulators(fn: Any) -> PlainAccumulators | None:
@@ -136,7 +173,7 @@ def plain_tuple_accumulators(fn: Any) -> PlainAccumulators | None:
         return None
     if len(kinds) == 1:
         (kind,) = kinds
-        return PlainAccumulators(functools.partial(_add_each, kind), lambda acc: [kind.finish(acc)])
+        return PlainAccumulators(kind.add, lambda acc: [kind.finish(acc)])
     finishes = [kind.finish for kind in kinds]
     return PlainAccumulators(functools.partial(_add_tuples, kinds),
                              lambda accs: [finish(acc) for finish, acc in zip(finishes, accs)])
