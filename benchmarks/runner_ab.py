@@ -41,7 +41,7 @@ from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
 
 CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "cogbk", "side_join", "dofn_setup", "windowed",
-         "sessions", "rows", "rows_grouped", "sliding_1min", "sliding_1day", "streaming")
+         "sessions", "rows", "rows_grouped", "sliding_1min", "sliding_1day", "parquet_pick", "streaming")
 STREAMING = {"streaming"}
 
 
@@ -73,6 +73,16 @@ def _dofn_setup(p, n: int):
             | beam.ParDo(_Rates()) | beam.CombinePerKey(sum) | beam.combiners.Count.Globally())
 
 
+def _parquet_pick(p, path: str, out: str):
+    """The sliding benchmark's events read from Parquet, three fields picked per row, written as Parquet."""
+    import pyarrow as pa
+
+    schema = pa.schema([("id", pa.int64()), ("key", pa.int64()), ("amount", pa.float64())])
+    _ = (p | beam.io.ReadFromParquet(path)
+         | beam.Map(lambda r: {"id": r["id"], "key": r["key"], "amount": r["amount"]})
+         | beam.io.WriteToParquet(out, schema))
+
+
 def _builders(tmp: str, words: int, events: int) -> dict:
     text = os.path.join(tmp, "words.txt")
     make_text(text, words)
@@ -93,6 +103,7 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "rows_grouped": lambda p: beam_rows_grouped(p, words, 1_000),
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
             "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
+            "parquet_pick": lambda p: _parquet_pick(p, parquet, os.path.join(out, "picked")),
             # 10 micro-batches with an element, 10 more moving the watermark
             "streaming": lambda p: build_stream(p, 10)}
 

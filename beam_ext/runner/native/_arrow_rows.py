@@ -7,8 +7,9 @@ that follows them. So the read returns :class:`ArrowRows` instead: the
 tables themselves. A native consumer that can compute on columns (see
 :data:`beam_ext.runner.native.READS_ARROW_ROWS`) takes them as they are;
 for any other consumer the executor makes exactly the row dicts Beam's own
-read makes: :meth:`ArrowRows.batches` for steps on element objects,
-:meth:`ArrowRows.values` to be encoded.
+read makes: :meth:`ArrowRows.batches` for steps on element objects (as
+batches of columns, which a ``Map`` that only picks fields and the Parquet
+write take as they are), :meth:`ArrowRows.values` to be encoded.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any, Iterable, Iterator
 
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_ext.runner._element_batches import BOUNDED, ElementBatches, Same, bounded_batches
+from beam_ext.runner._element_batches import BOUNDED, Columns, ElementBatches
 
 
 def row_dicts(table: Any) -> list[dict]:
@@ -41,9 +42,9 @@ def table_values(table: Any) -> Iterator[WindowedValue]:
     return bounded_values(row_dicts(table))
 
 
-def table_batches(table: Any) -> Iterator[Same]:
-    """The elements standing for ``table``'s rows, in batches."""
-    return bounded_batches(row_dicts(table))
+def table_columns(table: Any) -> Columns:
+    """The elements standing for ``table``'s rows, as a batch of its columns."""
+    return Columns((tuple(zip(table.column_names, table.columns)),), pair=False, size=table.num_rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,5 +62,6 @@ class ArrowRows:
         return self.tables.flatMap(table_values)
 
     def batches(self) -> ElementBatches:
-        """The row dicts these tables stand for, in batches."""
-        return ElementBatches(self.tables.flatMap(table_batches))
+        """The row dicts these tables stand for, a batch of columns per table
+        (a step that needs them gets the row dicts :func:`row_dicts` makes)."""
+        return ElementBatches(self.tables.map(table_columns))

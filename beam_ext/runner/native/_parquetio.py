@@ -211,11 +211,12 @@ def _record_tables(schema: Any, row_group_buffer_size: int, record_batches: Iter
 
 
 # Arrow types whose values a column hands over as they are: the same ones
-# (and the same buffers) as an array built from their Python values.
+# (and the same buffers) as an array built from their Python values. Not
+# half floats, which pyarrow does not build from Python floats.
 def _as_is(arrow_type: Any) -> bool:
     import pyarrow as pa
 
-    return pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type)
+    return pa.types.is_integer(arrow_type) or pa.types.is_float32(arrow_type) or pa.types.is_float64(arrow_type)
 
 
 def _column_array(field: Any, column: Any, start: int, stop: int) -> Any:

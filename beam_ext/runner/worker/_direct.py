@@ -22,7 +22,11 @@ steps run as Beam's ``DoFnRunner`` and ``PGBKCVOperation`` would run them:
   :mod:`beam_ext.runner.worker._partial_sessions`), evicts a tenth of its
   keys when it holds Beam's maximum, compacts what it emits and stamps
   non-default windows' outputs as Beam does (end of window, or the
-  timestamp combiner's value); a ``WindowInto`` just before it is folded in;
+  timestamp combiner's value); a ``WindowInto`` just before it is folded in,
+  and so is the ``Map`` of a ``GroupBy(...).aggregate_field(...)`` of named
+  fields (:mod:`beam_ext.runner.worker._schema_group_by`);
+- a first step that is a ``Map`` only picking fields takes a batch held as
+  columns as columns (:mod:`beam_ext.runner.worker._projection`);
 - an output feeding a GroupByKey is written as the bundle processor's
   output would be: the same key bytes and payloads, packed per target
   partition;
@@ -690,7 +694,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     :func:`keyed_assigner`, with no window or key made per element; other
     combines run the ``WindowInto`` first. ``fields``: the input is the
     pairs of :meth:`AggregatedFields.pairs`, whose keys are made Beam's
-    ``Key`` rows as they are emitted (see :func:`takes_fields`)."""
+    ``Key`` rows as they are emitted (see :func:`_takes_fields`)."""
     from apache_beam.internal import pickler
     from apache_beam.transforms import core
     from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
@@ -1006,8 +1010,7 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
             container = MetricsContainer(step.name)
             containers.append((step.name, container))
             if n == 0 and picks:
-                dofn, args, kwargs, _, _ = info
-                batches = _run_picking(step, dofn, tracker, _State(container), batches,
+                batches = _run_picking(step, info[0], tracker, _State(container), batches,
                                        needs_setup=id(info) in fresh)
                 if len(steps) > 1 or chain.precombine is not None or chain.shuffle is not None or not batches_out:
                     batches = as_batches(batches)
