@@ -41,7 +41,8 @@ from spark_settings import session_conf  # noqa: E402
 from streaming_jobs import build_stream  # noqa: E402
 
 CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "cogbk", "side_join", "dofn_setup", "windowed",
-         "sessions", "rows", "rows_grouped", "sliding_1min", "sliding_1day", "parquet_pick", "streaming")
+         "sessions", "rows", "rows_grouped", "sliding_1min", "sliding_1day", "parquet_pick", "parquet_keyed",
+         "streaming")
 STREAMING = {"streaming"}
 
 
@@ -83,6 +84,12 @@ def _parquet_pick(p, path: str, out: str):
          | beam.io.WriteToParquet(out, schema))
 
 
+def _parquet_keyed(p, path: str):
+    """The sliding benchmark's events read from Parquet, keyed by a ``Map`` to a tuple, summed per key, counted."""
+    return (p | beam.io.ReadFromParquet(path) | beam.Map(lambda r: (r["key"], r["amount"]))
+            | beam.CombinePerKey(sum) | beam.combiners.Count.Globally())
+
+
 def _builders(tmp: str, words: int, events: int) -> dict:
     text = os.path.join(tmp, "words.txt")
     make_text(text, words)
@@ -104,6 +111,7 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "sliding_1min": lambda p: build_sliding(p, parquet, MINUTE, out),
             "sliding_1day": lambda p: build_sliding(p, parquet, DAY, out),
             "parquet_pick": lambda p: _parquet_pick(p, parquet, os.path.join(out, "picked")),
+            "parquet_keyed": lambda p: _parquet_keyed(p, parquet),
             # 10 micro-batches with an element, 10 more moving the watermark
             "streaming": lambda p: build_stream(p, 10)}
 

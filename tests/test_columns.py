@@ -18,7 +18,7 @@ from apache_beam.transforms import window
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_ext.runner._element_batches import Columns, as_batches, values_per_window, windowed
+from beam_ext.runner._element_batches import PAIR, ROW, TUPLE, Columns, as_batches, values_per_window, windowed
 from beam_ext.runner.native._arrow_rows import row_dicts
 from beam_ext.runner.worker import _direct
 from beam_ext.runner.worker._projection import project, projection, traceable
@@ -41,7 +41,7 @@ def _pairs_batch(events: list) -> Columns:
     table = pa.table({name: pa.array([_value(kind, e[k]) for e in events], type=_TYPES[kind])
                       for k, (name, kind) in enumerate((("id", "i"), ("amount", "f"), ("card", "s"), ("tags", "l")))})
     features = (("n", [e[0] % 7 for e in events]), ("mu", [None if e[1] % 4 == 0 else e[1] / 3 for e in events]))
-    return Columns((tuple(zip(table.column_names, table.columns)), features), pair=True, size=len(events))
+    return Columns((tuple(zip(table.column_names, table.columns)), features), PAIR, len(events))
 
 
 def test_pairs_are_the_events_row_dicts_and_the_features():
@@ -56,7 +56,7 @@ def test_pairs_are_the_events_row_dicts_and_the_features():
 
 def test_a_group_of_repeated_names_keeps_the_last_value_as_a_row_dict_does():
     table = pa.Table.from_arrays([pa.array([1, 2]), pa.array(["a", "b"])], names=["x", "x"])
-    batch = Columns((tuple(zip(table.column_names, table.columns)),), pair=False, size=2)
+    batch = Columns((tuple(zip(table.column_names, table.columns)),), ROW, 2)
     assert batch.values() == row_dicts(table) == [{"x": "a"}, {"x": "b"}]
 
 
@@ -80,10 +80,10 @@ PICKS.append(_picks_unpacked)
 @given(events=_EVENTS)
 def test_a_picking_map_on_columns_equals_the_map_per_element(fn, events):
     batch = _pairs_batch(events)
-    fields = projection(fn, batch.names(), batch.pair)
-    assert fields is not None
-    picked = project(fields, batch)
-    assert not picked.pair and picked.size == batch.size
+    picked_fields = projection(fn, batch.names(), batch.shape)
+    assert picked_fields is not None
+    picked = project(picked_fields, batch)
+    assert picked.shape == ROW and picked.size == batch.size
     assert repr(picked.values()) == repr([fn(v) for v in batch.values()])
 
 
@@ -100,15 +100,40 @@ _OFFSET = 1
     lambda ef: {"id": len(ef[0])},  # a call
     lambda ef: {"id": ef[0].get("id")},  # an attribute
     lambda ef: ef[1],  # the dict itself, not a new one
-    lambda ef: (ef[0]["id"], ef[1]["n"]),  # not a dict
+    lambda ef: (),  # an empty tuple
+    lambda ef: [ef[0]["id"], ef[1]["n"]],  # a list
     lambda ef: {"x": ef[0]["missing"]},  # a missing key: fails per element
     lambda ef: {"ids": [ef[0]["id"]]},  # a list of values
     lambda ef, d=1: {"id": ef[0]["id"]},  # a default
 ], ids=["arithmetic", "comparison", "branch", "identity", "format", "global", "call", "attribute", "same dict",
-        "tuple", "missing key", "list", "default"])
+        "empty tuple", "list of fields", "missing key", "list", "default"])
 def test_anything_but_picking_runs_per_element(fn):
     batch = _pairs_batch([(1, 2, 3, 4)])
-    assert projection(fn, batch.names(), batch.pair) is None
+    assert projection(fn, batch.names(), batch.shape) is None
+
+
+TUPLES = [
+    (PAIR, lambda ef: (ef[0]["id"], ef[1]["n"])),
+    (PAIR, lambda ef: (ef[0]["card"], 1, None)),
+    (ROW, lambda r: (r["card"], r["amount"])),  # a Parquet row keyed for a CombinePerKey
+    (TUPLE, lambda kv: (kv[1], kv[0])),
+]
+
+
+@pytest.mark.parametrize("shape, fn", TUPLES, ids=["pair to tuple", "constants", "row to key-value", "swap"])
+@settings(max_examples=30, deadline=None)
+@given(events=_EVENTS)
+def test_a_map_to_a_tuple_of_fields_on_columns_equals_the_map_per_element(shape, fn, events):
+    batch = _pairs_batch(events)
+    if shape == ROW:
+        batch = Columns(batch.groups[:1], ROW, batch.size)
+    elif shape == TUPLE:
+        batch = project(projection(lambda ef: (ef[0]["card"], ef[1]["n"]), batch.names(), PAIR), batch)
+        assert batch.shape == TUPLE
+    picked = projection(fn, batch.names(), batch.shape)
+    assert picked is not None and picked[0] == TUPLE
+    out = project(picked, batch)
+    assert repr(out.values()) == repr([fn(v) for v in batch.values()])
 
 
 def test_only_code_that_cannot_tell_a_stand_in_is_traced():
@@ -166,7 +191,7 @@ def test_columns_become_beams_record_batches_and_tables(parts, batch, buffer_siz
     # list<int64>, strings), a field absent.
     def pick(ef):
         return {"id": ef[0]["id"], "card": ef[0]["card"], "tags": ef[0]["tags"], **ef[1]}
-    batches = [project(projection(pick, b.names(), True), b) for b in map(_pairs_batch, parts)]
+    batches = [project(projection(pick, b.names(), PAIR), b) for b in map(_pairs_batch, parts)]
     rows = [row for b in batches for row in b.values()]
     want = _beams_tables(_OUT, buffer_size, batch, rows)
     got = list(_column_tables(_OUT, buffer_size, batch, batches))
@@ -179,7 +204,7 @@ def test_columns_missing_a_required_field_are_written_from_their_rows():
     from beam_ext.runner.native._parquetio import _column_tables
 
     required = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("x", pa.int64(), nullable=False)])
-    batch = project(projection(PICKS[0], _pairs_batch([]).names(), True), _pairs_batch([(1, 2, 3, 4)]))
+    batch = project(projection(PICKS[0], _pairs_batch([]).names(), PAIR), _pairs_batch([(1, 2, 3, 4)]))
     assert _column_tables(required, 100, 10, [batch]) is None  # Beam's KeyError comes from the rows
 
 
@@ -248,3 +273,19 @@ def test_parquet_read_then_picked_and_written_equals_direct_runner(tmp_path, pic
     got = run(SparkRunner(), str(tmp_path / "spark" / "out"))
     assert len(got) == 400
     assert got == run("DirectRunner", str(tmp_path / "direct" / "out"))
+
+
+@pytest.mark.usefixtures("spark")
+def test_parquet_rows_keyed_by_a_tuple_map_and_combined_equal_direct_runner(tmp_path):
+    from pipeline_outputs import spark_equals_direct
+
+    rows = [{"id": i, "name": ["a", "b", None][i % 3], "score": i / 8} for i in range(300)]
+    path = str(tmp_path / "rows.parquet")
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=70)
+
+    def build(p):
+        return (p | beam.io.ReadFromParquet(path) | beam.Map(lambda r: (r["name"], r["id"]))
+                | beam.CombinePerKey(sum) | beam.Map(list))
+    got = spark_equals_direct(build, tmp_path)
+    assert sorted(map(tuple, got), key=repr) == sorted(
+        [("a", sum(range(0, 300, 3))), ("b", sum(range(1, 300, 3))), (None, sum(range(2, 300, 3)))], key=repr)

@@ -60,26 +60,31 @@ class Same:
         return list(map(self.template.with_value, self.values))
 
 
+#: How a :class:`Columns` batch's elements are made of its groups of columns.
+ROW, PAIR, TUPLE = "row", "pair", "tuple"
+
+
 class Columns:
     """A batch of bounded elements (global window, minimum timestamp) held as columns.
 
     ``groups``: one or more groups of named columns, each an Arrow array or
     table column, or a list of Python values, all of ``size`` rows. An
-    element is its row of each group as a dict (keys in column order): with
-    ``pair``, the tuple of one dict per group; else the first group's dict.
-    An Arrow column's values are its ``to_pylist()`` values, as a row dict
-    made by Arrow's ``Table.to_pylist`` has them.
+    element is made of its row of each group, as ``shape`` says: ``ROW``,
+    the first group's row as a dict (keys in column order); ``PAIR``, the
+    tuple of one such dict per group; ``TUPLE``, the tuple of each group's
+    one value. An Arrow column's values are its ``to_pylist()`` values, as
+    a row dict made by Arrow's ``Table.to_pylist`` has them.
     """
 
-    __slots__ = ("groups", "pair", "size")
+    __slots__ = ("groups", "shape", "size")
 
-    def __init__(self, groups: tuple[tuple[tuple[str, Any], ...], ...], pair: bool, size: int) -> None:
+    def __init__(self, groups: tuple[tuple[tuple[str, Any], ...], ...], shape: str, size: int) -> None:
         self.groups = groups
-        self.pair = pair
+        self.shape = shape
         self.size = size
 
     def __reduce__(self) -> tuple:
-        return Columns, (self.groups, self.pair, self.size)
+        return Columns, (self.groups, self.shape, self.size)
 
     def names(self) -> tuple[tuple[str, ...], ...]:
         """The column names of each group, in order."""
@@ -87,8 +92,10 @@ class Columns:
 
     def values(self) -> list:
         """The elements' values."""
+        if self.shape == TUPLE:
+            return list(zip(*(column_values(column) for (_, column), in self.groups)))
         dicts = [_row_dicts(group, self.size) for group in self.groups]
-        return list(zip(*dicts)) if self.pair else dicts[0]
+        return list(zip(*dicts)) if self.shape == PAIR else dicts[0]
 
     def batches(self) -> Iterator[Same]:
         """The elements, as batches of :data:`BATCH`."""

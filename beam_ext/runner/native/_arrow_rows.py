@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator
 
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_ext.runner._element_batches import BOUNDED, Columns, ElementBatches
+from beam_ext.runner._element_batches import BOUNDED, ROW, Columns, ElementBatches
 
 
 def row_dicts(table: Any) -> list[dict]:
@@ -44,7 +44,7 @@ def table_values(table: Any) -> Iterator[WindowedValue]:
 
 def table_columns(table: Any) -> Columns:
     """The elements standing for ``table``'s rows, as a batch of its columns."""
-    return Columns((tuple(zip(table.column_names, table.columns)),), pair=False, size=table.num_rows)
+    return Columns((tuple(zip(table.column_names, table.columns)),), ROW, table.num_rows)
 
 
 @dataclasses.dataclass(frozen=True)

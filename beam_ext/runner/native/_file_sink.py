@@ -21,7 +21,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_ext.runner._element_batches import Columns, ElementBatches, Same, batched, values_per_window
+from beam_ext.runner._element_batches import ROW, Columns, ElementBatches, Same, batched, values_per_window
 
 #: ``write_values(sink, handle, values)``: writes a shard's values through ``handle``, from ``sink.open``.
 WriteValues = Callable[[Any, Any, Iterator[Any]], None]
@@ -44,7 +44,7 @@ def _write_shard(sink: Any, temp_dir: str, write_values: WriteValues, write_colu
     batches = _prepend(first_batch, batches)
     if write_columns is not None and type(first_batch) is Columns:
         held = list(batches)
-        if all(type(batch) is Columns and not batch.pair for batch in held):
+        if all(type(batch) is Columns and batch.shape == ROW for batch in held):
             write = write_columns(sink, held)
             if write is not None and not any(batch.size for batch in held):
                 return

@@ -24,7 +24,7 @@ import numpy as np
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from beam_ext._key_hash import key_hash, untyped_key_coder
-from beam_ext.runner._element_batches import Columns, ElementBatches, bounded_batches
+from beam_ext.runner._element_batches import PAIR, Columns, ElementBatches, bounded_batches
 from beam_ext.runner.native._arrow_rows import ArrowRows, row_dicts
 from beam_ext.transforms.sliding._plan import _Plan
 from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns, feature_dicts
@@ -169,7 +169,7 @@ def _arrow_partition(plan: _Plan, parts: Iterator[tuple]) -> Iterator[Any]:
         # Handed on as columns: the (event, features) pairs are made only for a step that needs them.
         events = pa.concat_tables(tables)
         return iter([Columns((tuple(zip(events.column_names, events.columns)), tuple(feats.items())),
-                             pair=True, size=len(key_codes))])
+                             PAIR, len(key_codes))])
     features = feature_dicts(feats, len(key_codes))
     events = [event for table in tables for event in row_dicts(table)]
     return bounded_batches(list(zip(events, features)))

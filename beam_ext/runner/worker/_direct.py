@@ -652,16 +652,15 @@ def _run_picking(step: DirectStep, dofn: Any, tracker: _Tracker, state: _State, 
                                  as_batches(chained([first], batches)), needs_setup=needs_setup)
         return
     fn = _map_fn(dofn)
-    picked: dict[tuple, dict | None] = {}  # by the columns' names
+    picked: dict[tuple, tuple | None] = {}  # by the batches' shape and columns' names
     for batch in chained([first], batches):
         if type(batch) is Columns:
-            names = batch.names()
-            if names not in picked:
-                picked[names] = projection(fn, names, batch.pair)
-            fields = picked[names]
-            if fields is not None:
+            kind = (batch.shape, batch.names())
+            if kind not in picked:
+                picked[kind] = projection(fn, kind[1], batch.shape)
+            if picked[kind] is not None:
                 tracker.enter(state)
-                yield project(fields, batch)
+                yield project(picked[kind], batch)
                 continue
         yield from _run_step(step.name, dofn, (), {}, step.window_fn, tracker, state, as_batches([batch]),
                              needs_setup=needs_setup)

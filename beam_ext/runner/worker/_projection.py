@@ -1,7 +1,9 @@
 """A ``Map`` that only picks fields, run on columns.
 
 ``Map(lambda ef: {"id": ef[0]["id"], **ef[1]})`` after SlidingAggregate
-builds a dict per event from two dicts per event. On a batch held as columns
+builds a dict per event from two dicts per event; ``Map(lambda r: (r["key"],
+r["amount"]))`` after ``ReadFromParquet`` a tuple per row from a dict of
+every column per row. On a batch held as columns
 (:class:`~beam_ext.runner._element_batches.Columns`) its output is a choice
 of those columns, known without running it per element: the function is
 called once on stand-ins for an element, whose fields are named column
@@ -13,8 +15,8 @@ and constants (no global, builtin, attribute or closure names), calls
 nothing, and only subscripts, unpacks and builds dicts, lists and tuples
 (:data:`_OPCODES`). For such a function every element of a batch gets the
 same choice of columns, since every element of a batch has the same keys;
-one whose call on stand-ins fails or returns anything but a dict of column
-references and constants runs per element, as before.
+one whose call on stand-ins fails or returns anything but a dict or tuple
+of column references and constants runs per element, as before.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import inspect
 import types
 from typing import Any, Callable
 
-from beam_ext.runner._element_batches import Columns
+from beam_ext.runner._element_batches import PAIR, ROW, TUPLE, Columns
 
 #: The only operations a traced function may perform (CPython 3.11's names).
 _OPCODES = frozenset({
@@ -87,35 +89,52 @@ def traceable(fn: Callable) -> bool:
     return all(instruction.opname in _OPCODES for instruction in dis.get_instructions(code))
 
 
-def projection(fn: Callable, names: tuple[tuple[str, ...], ...], pair: bool) -> dict[str, Any] | None:
-    """What ``fn`` makes of an element of a :class:`Columns` batch whose groups
-    have ``names``: each output field's column ``(group, name)`` or constant
-    value, as ``{field: ("column", group, name) | ("constant", value)}``;
-    None if ``fn`` must run per element."""
+def _stand_in(names: tuple[tuple[str, ...], ...], shape: str) -> Any:
+    """An element of a :class:`Columns` batch of ``shape`` whose groups have ``names``, as stand-ins."""
+    if shape == TUPLE:
+        return tuple(_Column(index, group[0]) for index, group in enumerate(names))
+    rows = tuple(_Row(index, group) for index, group in enumerate(names))
+    return rows if shape == PAIR else rows[0]
+
+
+def _spec(value: Any) -> tuple | None:
+    if type(value) is _Column:
+        return ("column", value.group, value.name)
+    if type(value) in _CONSTANTS:
+        return ("constant", value)
+    return None
+
+
+def projection(fn: Callable, names: tuple[tuple[str, ...], ...], shape: str) -> tuple[str, Any] | None:
+    """What ``fn`` makes of an element of a :class:`Columns` batch of
+    ``shape`` whose groups have ``names``: ``(ROW, {field: spec})`` for a
+    dict, ``(TUPLE, [spec, ...])`` for a tuple, each spec a column
+    ``("column", group, name)`` or a ``("constant", value)``; None if
+    ``fn`` must run per element."""
     if not traceable(fn) or any(len(set(group)) != len(group) for group in names):
         return None
-    rows = tuple(_Row(index, group) for index, group in enumerate(names))
     try:
-        result = fn(rows if pair else rows[0])
+        result = fn(_stand_in(names, shape))
     except Exception:  # noqa: BLE001 - an element would fail too: it runs per element, failing there
         return None
-    if type(result) is not dict:
-        return None
-    fields: dict[str, Any] = {}
-    for field, value in result.items():
-        if type(field) is not str:
+    if type(result) is dict:
+        if not all(type(field) is str for field in result):
             return None
-        if type(value) is _Column:
-            fields[field] = ("column", value.group, value.name)
-        elif type(value) in _CONSTANTS:
-            fields[field] = ("constant", value)
-        else:
-            return None
-    return fields
+        fields = {field: _spec(value) for field, value in result.items()}
+        return None if None in fields.values() else (ROW, fields)
+    if type(result) is tuple and result:
+        items = [_spec(value) for value in result]
+        return None if None in items else (TUPLE, items)
+    return None
 
 
-def project(fields: dict[str, Any], batch: Columns) -> Columns:
-    """``batch``'s elements as ``fields`` (:func:`projection`) makes them: row dicts, as columns."""
+def project(picked: tuple[str, Any], batch: Columns) -> Columns:
+    """``batch``'s elements as :func:`projection`'s ``picked`` makes them, as columns."""
+    shape, specs = picked
     groups = [dict(group) for group in batch.groups]
-    return Columns((tuple((field, groups[spec[1]][spec[2]] if spec[0] == "column" else [spec[1]] * batch.size)
-                          for field, spec in fields.items()),), pair=False, size=batch.size)
+
+    def column(spec: tuple) -> Any:
+        return groups[spec[1]][spec[2]] if spec[0] == "column" else [spec[1]] * batch.size
+    if shape == ROW:
+        return Columns((tuple((field, column(spec)) for field, spec in specs.items()),), ROW, batch.size)
+    return Columns(tuple(((str(index), column(spec)),) for index, spec in enumerate(specs)), TUPLE, batch.size)
