@@ -208,6 +208,14 @@ def test_columns_missing_a_required_field_are_written_from_their_rows():
     assert _column_tables(required, 100, 10, [batch]) is None  # Beam's KeyError comes from the rows
 
 
+def _written_rows(runner, build, out: str) -> list[dict]:
+    """The rows ``build(p, out)`` writes as Parquet files under ``out`` on ``runner``, by id."""
+    with beam.Pipeline(runner=runner) as p:
+        build(p, out)
+    files = [os.path.join(os.path.dirname(out), f) for f in os.listdir(os.path.dirname(out))]
+    return sorted(pa.concat_tables([pq.read_table(f) for f in files]).to_pylist(), key=lambda r: r["id"])
+
+
 @pytest.mark.usefixtures("spark")
 @pytest.mark.parametrize("pick", ["picks", "computes"])
 def test_sliding_aggregate_then_a_map_to_parquet_equals_direct_runner(tmp_path, pick):
@@ -227,18 +235,15 @@ def test_sliding_aggregate_then_a_map_to_parquet_equals_direct_runner(tmp_path, 
     fn = ((lambda ef: {"id": ef[0]["id"], "src": "x", **ef[1]}) if pick == "picks"
           else (lambda ef: {"id": ef[0]["id"], "n_w": ef[1]["n_w"] * 2, "s_w": ef[1]["s_w"], "card": ef[0]["card"]}))
 
-    def run(runner, out):
-        with beam.Pipeline(runner=runner) as p:
-            _ = (p | beam.io.ReadFromParquet(path)
-                 | SlidingAggregate(key="card", timestamp="ts", windows={"w": SlidingWindow(10)},
-                                    aggregations={"n": agg.count(), "s": agg.sum("amount")})
-                 | beam.Map(fn) | beam.io.WriteToParquet(out, schema, record_batch_size=40))
-        files = [os.path.join(os.path.dirname(out), f) for f in os.listdir(os.path.dirname(out))]
-        return sorted(pa.concat_tables([pq.read_table(f) for f in files]).to_pylist(), key=lambda r: r["id"])
+    def build(p, out):
+        _ = (p | beam.io.ReadFromParquet(path)
+             | SlidingAggregate(key="card", timestamp="ts", windows={"w": SlidingWindow(10)},
+                                aggregations={"n": agg.count(), "s": agg.sum("amount")})
+             | beam.Map(fn) | beam.io.WriteToParquet(out, schema, record_batch_size=40))
 
-    got = run(SparkRunner(), str(tmp_path / "spark" / "out"))
+    got = _written_rows(SparkRunner(), build, str(tmp_path / "spark" / "out"))
     assert len(got) == 300
-    assert got == run("DirectRunner", str(tmp_path / "direct" / "out"))
+    assert got == _written_rows("DirectRunner", build, str(tmp_path / "direct" / "out"))
 
 
 @pytest.mark.usefixtures("spark")
@@ -261,18 +266,15 @@ def test_parquet_read_then_picked_and_written_equals_direct_runner(tmp_path, pic
     out_schema = (pa.schema([("id", pa.int64()), ("score", pa.float64()), ("where", where), ("kind", pa.string())])
                   if pick == "picks" else schema)
 
-    def run(runner, out):
-        with beam.Pipeline(runner=runner) as p:
-            read = p | beam.io.ReadFromParquet(path)
-            if pick == "picks":
-                read = read | beam.Map(lambda r: {"score": r["score"], "id": r["id"], "where": r["where"], "kind": "k"})
-            _ = read | beam.io.WriteToParquet(out, out_schema, record_batch_size=64)
-        files = [os.path.join(os.path.dirname(out), f) for f in os.listdir(os.path.dirname(out))]
-        return sorted(pa.concat_tables([pq.read_table(f) for f in files]).to_pylist(), key=lambda r: r["id"])
+    def build(p, out):
+        read = p | beam.io.ReadFromParquet(path)
+        if pick == "picks":
+            read = read | beam.Map(lambda r: {"score": r["score"], "id": r["id"], "where": r["where"], "kind": "k"})
+        _ = read | beam.io.WriteToParquet(out, out_schema, record_batch_size=64)
 
-    got = run(SparkRunner(), str(tmp_path / "spark" / "out"))
+    got = _written_rows(SparkRunner(), build, str(tmp_path / "spark" / "out"))
     assert len(got) == 400
-    assert got == run("DirectRunner", str(tmp_path / "direct" / "out"))
+    assert got == _written_rows("DirectRunner", build, str(tmp_path / "direct" / "out"))
 
 
 @pytest.mark.usefixtures("spark")
