@@ -18,7 +18,7 @@ from apache_beam.transforms import window
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beam_ext.runner._element_batches import PAIR, ROW, TUPLE, Columns, as_batches, values_per_window, windowed
+from beam_ext.runner._element_batches import PAIR, ROW, TUPLE, VALUE, Columns, as_batches, values_per_window, windowed
 from beam_ext.runner.native._arrow_rows import row_dicts
 from beam_ext.runner.worker import _direct
 from beam_ext.runner.worker._projection import project, projection, traceable
@@ -117,13 +117,17 @@ TUPLES = [
     (PAIR, lambda ef: (ef[0]["card"], 1, None)),
     (ROW, lambda r: (r["card"], r["amount"])),  # a Parquet row keyed for a CombinePerKey
     (TUPLE, lambda kv: (kv[1], kv[0])),
+    (ROW, lambda r: r["tags"]),  # one field's value
+    (PAIR, lambda ef: ef[1]["mu"]),
+    (TUPLE, lambda kv: kv[0]),
 ]
 
 
-@pytest.mark.parametrize("shape, fn", TUPLES, ids=["pair to tuple", "constants", "row to key-value", "swap"])
+@pytest.mark.parametrize("shape, fn", TUPLES, ids=["pair to tuple", "constants", "row to key-value", "swap",
+                                                  "row to value", "pair to value", "tuple to value"])
 @settings(max_examples=30, deadline=None)
 @given(events=_EVENTS)
-def test_a_map_to_a_tuple_of_fields_on_columns_equals_the_map_per_element(shape, fn, events):
+def test_a_map_to_a_tuple_or_a_value_of_fields_on_columns_equals_the_map_per_element(shape, fn, events):
     batch = _pairs_batch(events)
     if shape == ROW:
         batch = Columns(batch.groups[:1], ROW, batch.size)
@@ -131,7 +135,7 @@ def test_a_map_to_a_tuple_of_fields_on_columns_equals_the_map_per_element(shape,
         batch = project(projection(lambda ef: (ef[0]["card"], ef[1]["n"]), batch.names(), PAIR), batch)
         assert batch.shape == TUPLE
     picked = projection(fn, batch.names(), batch.shape)
-    assert picked is not None and picked[0] == TUPLE
+    assert picked is not None and picked[0] in (TUPLE, VALUE)
     out = project(picked, batch)
     assert repr(out.values()) == repr([fn(v) for v in batch.values()])
 
@@ -155,6 +159,9 @@ def test_a_chain_hands_on_picked_columns_and_makes_elements_for_a_step_after():
     [out] = list(_direct.run_direct_chain(_map_chain(pick), None, iter([batch]), [], batches_out=True))
     assert type(out) is Columns and out.values() == [pick(v) for v in batch.values()]
     after = list(_direct.run_direct_chain(_map_chain(pick, len), None, iter([batch]), [], batches_out=True))
+    [ids] = list(_direct.run_direct_chain(_map_chain(lambda ef: ef[0]["id"]), None, iter([batch]), [],
+                                          batches_out=True))
+    assert type(ids) is Columns and ids.shape == VALUE and ids.values() == [-49, None, -41]
     assert [v for b in after for v in b.values] == [len(pick(v)) for v in batch.values()]
     elements = list(_direct.run_direct_chain(_map_chain(pick), None, iter([batch]), []))
     assert [wv.value for wv in elements] == [pick(v) for v in batch.values()]
@@ -291,3 +298,15 @@ def test_parquet_rows_keyed_by_a_tuple_map_and_combined_equal_direct_runner(tmp_
     got = spark_equals_direct(build, tmp_path)
     assert sorted(map(tuple, got), key=repr) == sorted(
         [("a", sum(range(0, 300, 3))), ("b", sum(range(1, 300, 3))), (None, sum(range(2, 300, 3)))], key=repr)
+
+
+@pytest.mark.usefixtures("spark")
+def test_parquet_rows_mapped_to_one_field_and_summed_equal_direct_runner(tmp_path):
+    from pipeline_outputs import spark_equals_direct
+
+    path = str(tmp_path / "rows.parquet")
+    pq.write_table(pa.Table.from_pylist([{"id": i, "score": i / 8} for i in range(300)]), path, row_group_size=70)
+
+    def build(p):
+        return p | beam.io.ReadFromParquet(path) | beam.Map(lambda r: r["score"]) | beam.CombineGlobally(sum)
+    assert spark_equals_direct(build, tmp_path) == [sum(i / 8 for i in range(300))]

@@ -61,7 +61,7 @@ class Same:
 
 
 #: How a :class:`Columns` batch's elements are made of its groups of columns.
-ROW, PAIR, TUPLE = "row", "pair", "tuple"
+ROW, PAIR, TUPLE, VALUE = "row", "pair", "tuple", "value"
 
 
 class Columns:
@@ -72,7 +72,7 @@ class Columns:
     element is made of its row of each group, as ``shape`` says: ``ROW``,
     the first group's row as a dict (keys in column order); ``PAIR``, the
     tuple of one such dict per group; ``TUPLE``, the tuple of each group's
-    one value. An Arrow column's values are its ``to_pylist()`` values, as
+    one value; ``VALUE``, the first group's one value. An Arrow column's values are its ``to_pylist()`` values, as
     a row dict made by Arrow's ``Table.to_pylist`` has them.
     """
 
@@ -94,6 +94,8 @@ class Columns:
         """The elements' values."""
         if self.shape == TUPLE:
             return list(zip(*(column_values(column) for (_, column), in self.groups)))
+        if self.shape == VALUE:
+            return list(column_values(self.groups[0][0][1]))
         dicts = [_row_dicts(group, self.size) for group in self.groups]
         return list(zip(*dicts)) if self.shape == PAIR else dicts[0]
 

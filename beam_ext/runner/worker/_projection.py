@@ -16,7 +16,8 @@ nothing, and only subscripts, unpacks and builds dicts, lists and tuples
 (:data:`_OPCODES`). For such a function every element of a batch gets the
 same choice of columns, since every element of a batch has the same keys;
 one whose call on stand-ins fails or returns anything but a dict or tuple
-of column references and constants runs per element, as before.
+of column references and constants, or one column reference, runs per
+element, as before.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import inspect
 import types
 from typing import Any, Callable
 
-from beam_ext.runner._element_batches import PAIR, ROW, TUPLE, Columns
+from beam_ext.runner._element_batches import PAIR, ROW, TUPLE, VALUE, Columns
 
 #: The only operations a traced function may perform (CPython 3.11's names).
 _OPCODES = frozenset({
@@ -91,8 +92,9 @@ def traceable(fn: Callable) -> bool:
 
 def _stand_in(names: tuple[tuple[str, ...], ...], shape: str) -> Any:
     """An element of a :class:`Columns` batch of ``shape`` whose groups have ``names``, as stand-ins."""
-    if shape == TUPLE:
-        return tuple(_Column(index, group[0]) for index, group in enumerate(names))
+    if shape in (TUPLE, VALUE):
+        columns = tuple(_Column(index, group[0]) for index, group in enumerate(names))
+        return columns if shape == TUPLE else columns[0]
     rows = tuple(_Row(index, group) for index, group in enumerate(names))
     return rows if shape == PAIR else rows[0]
 
@@ -108,7 +110,8 @@ def _spec(value: Any) -> tuple | None:
 def projection(fn: Callable, names: tuple[tuple[str, ...], ...], shape: str) -> tuple[str, Any] | None:
     """What ``fn`` makes of an element of a :class:`Columns` batch of
     ``shape`` whose groups have ``names``: ``(ROW, {field: spec})`` for a
-    dict, ``(TUPLE, [spec, ...])`` for a tuple, each spec a column
+    dict, ``(TUPLE, [spec, ...])`` for a tuple, ``(VALUE, [spec])`` for one
+    field's value, each spec a column
     ``("column", group, name)`` or a ``("constant", value)``; None if
     ``fn`` must run per element."""
     if not traceable(fn) or any(len(set(group)) != len(group) for group in names):
@@ -125,6 +128,8 @@ def projection(fn: Callable, names: tuple[tuple[str, ...], ...], shape: str) -> 
     if type(result) is tuple and result:
         items = [_spec(value) for value in result]
         return None if None in items else (TUPLE, items)
+    if type(result) is _Column:
+        return VALUE, [_spec(result)]
     return None
 
 
@@ -137,4 +142,4 @@ def project(picked: tuple[str, Any], batch: Columns) -> Columns:
         return groups[spec[1]][spec[2]] if spec[0] == "column" else [spec[1]] * batch.size
     if shape == ROW:
         return Columns((tuple((field, column(spec)) for field, spec in specs.items()),), ROW, batch.size)
-    return Columns(tuple(((str(index), column(spec)),) for index, spec in enumerate(specs)), TUPLE, batch.size)
+    return Columns(tuple(((str(index), column(spec)),) for index, spec in enumerate(specs)), shape, batch.size)
