@@ -268,6 +268,17 @@ class _Texts:
         return self.paths[words]
 
 
+# Pipelines of numbers over _COMBINE_KEYS keys: label, Beam build and PySpark
+# job, the last two taking (pipeline or SparkContext, elements, keys).
+_KEYED = {
+    "combine": ("CombinePerKey", beam_combine, rdd_combine),
+    "windowed": ("CombinePerKey in 1-minute windows", beam_windowed, rdd_windowed),
+    "sessions": ("CombinePerKey in sessions, 1-minute gap", beam_sessions, rdd_sessions),
+    "rows": ("schema rows, GroupBy(field).aggregate_field", beam_rows, rdd_rows),
+    "rows_grouped": ("schema rows, GroupBy(field), groups counted", beam_rows_grouped, rdd_rows_grouped),
+}
+
+
 def case(name: str, n: int, texts: _Texts, sc) -> tuple[str, Callable, Callable]:
     """(label, Beam build, PySpark job) of pipeline ``name`` at ``n`` elements."""
     if name in ("wordcount", "side_mean"):
@@ -277,9 +288,10 @@ def case(name: str, n: int, texts: _Texts, sc) -> tuple[str, Callable, Callable]
                     lambda: rdd_wordcount(sc, path))
         return (f"per-key mean, side-input dict ({size / 1e6:.1f} MB text, 5k keys)",
                 lambda p: beam_side_mean(p, path), lambda: rdd_side_mean(sc, path))
-    if name == "combine":
-        return (f"CombinePerKey ({_COMBINE_KEYS:,} keys)", lambda p: beam_combine(p, n, _COMBINE_KEYS),
-                lambda: rdd_combine(sc, n, _COMBINE_KEYS))
+    if name in _KEYED:
+        label, beam_build, rdd_job = _KEYED[name]
+        return (f"{label} ({_COMBINE_KEYS:,} keys)", lambda p: beam_build(p, n, _COMBINE_KEYS),
+                lambda: rdd_job(sc, n, _COMBINE_KEYS))
     if name == "gbk":
         keys = max(1, n // 2)
         return (f"GroupByKey ({keys:,} keys)", lambda p: beam_gbk(p, n, keys), lambda: rdd_gbk(sc, n, keys))
@@ -287,18 +299,6 @@ def case(name: str, n: int, texts: _Texts, sc) -> tuple[str, Callable, Callable]
         return (f"side-input join ({_SIDE_JOIN_DICT:,}-entry dict)",
                 lambda p: beam_side_join(p, n, _SIDE_JOIN_DICT),
                 lambda: rdd_side_join(sc, n, _SIDE_JOIN_DICT))
-    if name == "windowed":
-        return (f"CombinePerKey in 1-minute windows ({_COMBINE_KEYS:,} keys)",
-                lambda p: beam_windowed(p, n, _COMBINE_KEYS), lambda: rdd_windowed(sc, n, _COMBINE_KEYS))
-    if name == "sessions":
-        return (f"CombinePerKey in sessions, 1-minute gap ({_COMBINE_KEYS:,} keys)",
-                lambda p: beam_sessions(p, n, _COMBINE_KEYS), lambda: rdd_sessions(sc, n, _COMBINE_KEYS))
-    if name == "rows":
-        return (f"schema rows, GroupBy(field).aggregate_field ({_COMBINE_KEYS:,} keys)",
-                lambda p: beam_rows(p, n, _COMBINE_KEYS), lambda: rdd_rows(sc, n, _COMBINE_KEYS))
-    if name == "rows_grouped":
-        return (f"schema rows, GroupBy(field), groups counted ({_COMBINE_KEYS:,} keys)",
-                lambda p: beam_rows_grouped(p, n, _COMBINE_KEYS), lambda: rdd_rows_grouped(sc, n, _COMBINE_KEYS))
     raise ValueError(f"unknown pipeline {name!r}; known: {', '.join(PIPELINES)}")
 
 

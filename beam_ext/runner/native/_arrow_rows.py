@@ -22,12 +22,9 @@ from beam_ext.runner._element_batches import BOUNDED, ROW, Columns, ElementBatch
 
 
 def row_dicts(table: Any) -> list[dict]:
-    """The rows of ``table`` as Beam's ReadFromParquet yields them (``_ArrowTableToRowDictionaries``)."""
-    names = table.column_names
-    if len(set(names)) == len(names):
-        return table.to_pylist()  # the same dicts, built faster
-    columns = table.to_pydict().items()  # repeated names: the last column wins, as in Beam
-    return [{name: values[n] for name, values in columns} for n in range(table.num_rows)]
+    """The rows of ``table`` as Beam's ReadFromParquet yields them (``_ArrowTableToRowDictionaries``;
+    of repeated names, the last column wins): its batch of columns' elements."""
+    return table_columns(table).values()
 
 
 def bounded_values(values: Iterable[Any]) -> Iterator[WindowedValue]:

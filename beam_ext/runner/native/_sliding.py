@@ -24,10 +24,10 @@ import numpy as np
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from beam_ext._key_hash import key_hash, untyped_key_coder
-from beam_ext.runner._element_batches import PAIR, Columns, ElementBatches, bounded_batches
+from beam_ext.runner._element_batches import PAIR, Columns, ElementBatches
 from beam_ext.runner.native._arrow_rows import ArrowRows, row_dicts
 from beam_ext.transforms.sliding._plan import _Plan
-from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns, feature_dicts
+from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -162,17 +162,16 @@ def _arrow_partition(plan: _Plan, parts: Iterator[tuple]) -> Iterator[Any]:
         else:
             columns.append(_codes(v for p in parts for v in p[4][ci]))
     feats = compute_columns(plan, key_codes, times, columns)
-    tables = [table for table, *_ in parts]
-    import pyarrow as pa
-
-    if all(table.schema == tables[0].schema for table in tables):
-        # Handed on as columns: the (event, features) pairs are made only for a step that needs them.
-        events = pa.concat_tables(tables)
-        return iter([Columns((tuple(zip(events.column_names, events.columns)), tuple(feats.items())),
-                             PAIR, len(key_codes))])
-    features = feature_dicts(feats, len(key_codes))
-    events = [event for table in tables for event in row_dicts(table)]
-    return bounded_batches(list(zip(events, features)))
+    # Handed on as columns, a batch per table: the (event, features) pairs
+    # are made only for a step that needs them.
+    batches, start = [], 0
+    for table, *_ in parts:
+        stop = start + table.num_rows
+        batches.append(Columns((tuple(zip(table.column_names, table.columns)),
+                                tuple((name, values[start:stop]) for name, values in feats.items())),
+                               PAIR, table.num_rows))
+        start = stop
+    return iter(batches)
 
 
 def sliding_on_arrow_rows(plan: _Plan, rows: ArrowRows, parallelism: int) -> ElementBatches:
