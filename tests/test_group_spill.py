@@ -17,8 +17,9 @@ from apache_beam.utils import windowed_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from beam_ext._key_hash import key_hash
 from beam_ext.runner._group_spill import ExternalGrouping, SpillStats
-from beam_ext.runner._shuffle import Buckets, GroupReader, ShuffleWriter
+from beam_ext.runner._shuffle import Buckets, GroupReader, KeyedValues, ShuffleWriter, unpack
 
 _KV = coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder()])
 _GROUPED = coders.TupleCoder([coders.StrUtf8Coder(), coders.IterableCoder(coders.VarIntCoder())])
@@ -143,6 +144,98 @@ def test_spilled_grouping_equals_a_dict(pairs, budget):
         assert _grouped(grouping) == _dict_groups(pairs)
     finally:
         grouping.close()
+
+
+_COUNTED = st.lists(st.tuples(st.binary(max_size=6), st.lists(st.binary(max_size=20), min_size=1, max_size=5)),
+                   max_size=200)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs=_PAIRS, records=_COUNTED, budget=st.integers(1, 3000), first=st.booleans())
+def test_counted_records_and_pairs_group_as_their_values_would(pairs, records, budget, first):
+    """Records of several values each (a key's values gathered before the
+    shuffle) mixed with pairs: the groups of all their values, one by one."""
+    grouping = ExternalGrouping(budget)
+    counted = [(key, len(values), b"".join(values)) for key, values in records]
+    try:
+        for batch in ([counted, pairs] if first else [pairs, counted]):
+            if batch is counted:
+                grouping.add_counted(batch)
+            else:
+                grouping.add_all(batch)
+            grouping._check()
+        singles = [(key, value) for key, values in records for value in values]
+        assert _grouped(grouping) == _dict_groups(singles + pairs if first else pairs + singles)
+    finally:
+        grouping.close()
+
+
+_KVS = st.lists(st.tuples(st.sampled_from(["a", "b", "", "hot"]) | st.text(max_size=3),
+                          st.integers(-1000, 10 ** 12)), max_size=600)
+
+
+def _kv_groups(reader: GroupReader, blobs: list[bytes]) -> dict[str, list[int]]:
+    """The groups ``read_batches`` gives, values sorted, checked against ``read``'s encoding."""
+    objects = {wv.value[0]: sorted(wv.value[1])
+               for batch in reader.read_batches(blobs, reader._post, 1 << 20, 7) for wv in batch}
+    impl = reader._post.get_impl()
+    encoded = {}
+    for chunk in reader.read(blobs):
+        stream = create_InputStream(chunk)
+        while stream.size() > 0:
+            key, values = impl.decode_from_stream(stream, True).value
+            encoded[key] = sorted(values)
+    assert encoded == objects
+    return objects
+
+
+@settings(max_examples=40, deadline=None)
+@given(kvs=_KVS, memory=st.integers(1, 4000), sample=st.sampled_from([1, 3, 50, 10 ** 6]),
+       reader_memory=st.sampled_from([64, 1 << 20]), cut=st.integers(1, 100))
+def test_values_gathered_by_key_before_the_shuffle_give_the_groups_of_pairs(kvs, memory, sample, reader_memory,
+                                                                           cut):
+    """Any flush budget, any point where keys are judged not to repeat (and
+    the rest written as pairs), any reader budget (spilled or not), batches
+    of any size: the groups of every value, as plain pairs give them."""
+    reader = _reader(False, reader_memory)
+    kv = reader._pre.wrapped_value_coder
+    encode_key, encode_value = kv.key_coder().get_impl().encode_nested, kv.value_coder().get_impl().encode_nested
+    gathered = KeyedValues(3, memory_bytes=memory, blob_bytes=64)
+    gathered._sample = sample
+    blobs: list[tuple[int, bytes]] = []
+    for start in range(0, len(kvs), cut):
+        blobs += gathered.add(kvs[start:start + cut], encode_key, encode_value)
+    blobs += gathered.flush()
+    plain = Buckets(3, blob_bytes=64)
+    plain_blobs = [*plain.add_values(kvs, encode_key, encode_value), *plain.flush()]
+    expected: dict[str, list[int]] = collections.defaultdict(list)
+    for key, value in kvs:
+        expected[key].append(value)
+    for target in range(3):
+        mine = [blob for t, blob in blobs if t == target]
+        theirs = [blob for t, blob in plain_blobs if t == target]
+        assert _kv_groups(reader, mine) == _kv_groups(reader, theirs) == {
+            key: sorted(values) for key, values in expected.items() if key_hash(encode_key(key)) % 3 == target}
+
+
+def test_keys_that_rarely_repeat_are_written_as_pairs_after_the_sample():
+    reader = _reader(False, 1 << 20)
+    kv = reader._pre.wrapped_value_coder
+    encode_key, encode_value = kv.key_coder().get_impl().encode_nested, kv.value_coder().get_impl().encode_nested
+    distinct = KeyedValues(1)
+    distinct._sample = 100
+    blobs = [blob for _, blob in [*distinct.add([(f"k{i}", i) for i in range(1000)], encode_key, encode_value),
+                                  *distinct.flush()]]
+    # The sample's records, then pairs the shared unpacking reads.
+    assert sum(1 for _ in unpack(blobs[1:])) == 900
+    repeating = KeyedValues(1)
+    repeating._sample = 100
+    blobs = [blob for _, blob in [*repeating.add([(f"k{i % 10}", i) for i in range(1000)], encode_key, encode_value),
+                                  *repeating.flush()]]
+    assert len(blobs) == 1
+    with pytest.raises(ValueError, match="grouped records where pairs were expected"):
+        list(unpack(blobs))
+    assert _kv_groups(reader, blobs) == {f"k{k}": list(range(k, 1000, 10)) for k in range(10)}
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -28,8 +28,8 @@ from typing import Iterable, Iterator
 
 # What CPython spends besides the bytes themselves: a bytes object (33) and a
 # list slot (8) per value; a key's bytes object, its list and its dict entry.
-_VALUE_OVERHEAD = 48
-_KEY_OVERHEAD = 200
+VALUE_OVERHEAD = 48
+KEY_OVERHEAD = 200
 _HEADER = struct.Struct(">III")
 _IO_BUFFER = 1 << 16
 # Runs open at once while merging; past this, runs are merged into one first.
@@ -104,6 +104,8 @@ class ExternalGrouping:
         self._budget = memory_bytes
         self._stats = stats if stats is not None else SpillStats()
         self._table: dict[bytes, list[bytes]] = {}
+        # Values beyond one per piece, for keys given pieces of several values (add_counted).
+        self._extra: dict[bytes, int] = {}
         self._held = 0
         self._dir: str | None = None
         self._runs: list[str] = []
@@ -122,24 +124,49 @@ class ExternalGrouping:
             values = get(key)
             if values is None:
                 table[key] = [value]
-                held += len(key) + len(value) + _KEY_OVERHEAD
+                held += len(key) + len(value) + KEY_OVERHEAD
             else:
                 values.append(value)
-                held += len(value) + _VALUE_OVERHEAD
+                held += len(value) + VALUE_OVERHEAD
             if held > budget:
                 self._spill()
                 held = 0
         self._held = held
+
+    def add_counted(self, records: Iterable[tuple[bytes, int, bytes]]) -> None:
+        """Adds ``(key, count, data)`` records, ``data`` the nested encodings of
+        ``count`` values (a key's values grouped before the shuffle), spilling
+        as :meth:`add_all` does."""
+        table, extra = self._table, self._extra
+        get = table.get
+        held, budget = self._held, self._budget
+        for key, count, data in records:
+            values = get(key)
+            if values is None:
+                table[key] = [data]
+                held += len(key) + len(data) + KEY_OVERHEAD
+            else:
+                values.append(data)
+                held += len(data) + VALUE_OVERHEAD
+            if count != 1:
+                extra[key] = extra.get(key, 0) + count - 1
+            if held > budget:
+                self._spill()
+                held = 0
+        self._held = held
+
+    def _count(self, key: bytes, values: list[bytes]) -> int:
+        return len(values) + self._extra.pop(key, 0) if self._extra else len(values)
 
     def groups(self) -> Iterator[Group]:
         """Every key once, with all its values; call once, after :meth:`add_all`."""
         table = self._table
         if not self._runs:
             for key, values in table.items():
-                yield key, len(values), values
+                yield key, self._count(key, values), values
             return
         # What is left in memory joins the merge sorted, without a run of its own.
-        in_memory = ((key, len(values), b"".join(values))
+        in_memory = ((key, self._count(key, values), b"".join(values))
                      for key in sorted(table) for values in (table.pop(key),))
         self._held = 0
         yield from _merge([*map(_read_run, self._runs), in_memory])
@@ -147,6 +174,7 @@ class ExternalGrouping:
     def close(self) -> None:
         """Deletes the runs; safe to call twice and while :meth:`groups` is unfinished."""
         self._table.clear()
+        self._extra.clear()
         self._runs = []
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -172,7 +200,7 @@ class ExternalGrouping:
     def _spill(self) -> None:
         table = self._table
         # Popping as the run is written frees the memory as it goes.
-        path, size = self._write_run((key, len(values), b"".join(values))
+        path, size = self._write_run((key, self._count(key, values), b"".join(values))
                                      for key in sorted(table) for values in (table.pop(key),))
         self._runs.append(path)
         self._stats.runs += 1
@@ -191,3 +219,4 @@ class ExternalGrouping:
         assert self._dir is not None or not self._runs
         assert self._held <= self._budget
         assert self._held >= sum(len(k) + sum(map(len, v)) for k, v in self._table.items())
+        assert self._extra.keys() <= self._table.keys()

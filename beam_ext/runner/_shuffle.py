@@ -26,7 +26,7 @@ from apache_beam.utils import windowed_value
 from beam_ext._key_hash import key_hash
 from beam_ext.runner._batch_panes import pane_driver
 from beam_ext.runner._element_batches import batched
-from beam_ext.runner._group_spill import ExternalGrouping, Group, SpillStats
+from beam_ext.runner._group_spill import KEY_OVERHEAD, VALUE_OVERHEAD, ExternalGrouping, Group, SpillStats
 
 _CHUNK_BYTES = 4 << 20
 
@@ -131,6 +131,17 @@ class ShuffleWriter:
         return kv_coder.key_coder().get_impl().encode_nested, kv_coder.value_coder().get_impl().encode_nested
 
 
+# Every blob starts with its kind: encoded (key, value) pairs, or (key, count,
+# values) records of a key's values grouped before the shuffle (KeyedValues).
+_PAIRS, _GROUPED = 0, 1
+
+
+def _new_stream(kind: int):
+    out = create_OutputStream()
+    out.write_byte(kind)
+    return out
+
+
 class Buckets:
     """Packs ``(key, payload)`` pairs into one byte blob per target partition.
 
@@ -141,7 +152,7 @@ class Buckets:
     def __init__(self, partitions: int, blob_bytes: int = 1 << 20) -> None:
         self._partitions = partitions
         self._blob_bytes = blob_bytes
-        self._streams = [create_OutputStream() for _ in range(partitions)]
+        self._streams = [_new_stream(_PAIRS) for _ in range(partitions)]
 
     def add(self, pairs: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[int, bytes]]:
         """Packs the pairs; yields each ``(target, blob)`` that fills."""
@@ -154,7 +165,7 @@ class Buckets:
             out.write(payload, True)
             if out.size() >= limit:
                 yield target, out.get()
-                streams[target] = create_OutputStream()
+                streams[target] = _new_stream(_PAIRS)
 
     def add_values(self, kvs: Iterable[tuple[Any, Any]], encode_key: Callable[[Any], bytes],
                    encode_value: Callable[[Any], bytes]) -> Iterator[tuple[int, bytes]]:
@@ -171,22 +182,117 @@ class Buckets:
             out.write(encode_value(v), True)
             if out.size() >= limit:
                 yield target, out.get()
-                streams[target] = create_OutputStream()
+                streams[target] = _new_stream(_PAIRS)
 
     def flush(self) -> Iterator[tuple[int, bytes]]:
         for target, out in enumerate(self._streams):
-            if out.size():
+            if out.size() > 1:
                 yield target, out.get()
-        self._streams = [create_OutputStream() for _ in range(self._partitions)]
+        self._streams = [_new_stream(_PAIRS) for _ in range(self._partitions)]
+
+
+class KeyedValues:
+    """A trivial grouping's shuffle write with each key's values gathered first.
+
+    A task holds its values' encodings per encoded key and ships each key's
+    as one record, so the shuffle and the grouping handle a record per key
+    and flush instead of a pair per value. It holds at most ``memory_bytes``
+    (counted as :mod:`._group_spill` counts) before it flushes. If its first
+    ``_SAMPLE`` values have fewer than ``_MIN_VALUES_PER_KEY`` per key, it
+    flushes them and writes plain pairs from then on, which cost less when
+    keys rarely repeat (a ``GroupByKey`` of 1M keys over 2M values).
+    Values come out of the grouping in another order than arrival, which a
+    GroupByKey leaves unspecified.
+    """
+
+    _MIN_VALUES_PER_KEY = 4
+    _SAMPLE = 16_384
+
+    def __init__(self, partitions: int, memory_bytes: int = 16 << 20, blob_bytes: int = 1 << 20) -> None:
+        self._partitions = partitions
+        self._memory_bytes = memory_bytes
+        self._blob_bytes = blob_bytes
+        self._table: dict[bytes, list[bytes]] = {}
+        self._held = 0
+        self._count = 0  # values held
+        self._sample = self._SAMPLE  # values after which keys are judged; 0 once judged
+        self._pairs: Buckets | None = None  # once keys turned out not to repeat
+
+    def add(self, kvs: Iterable[tuple[Any, Any]], encode_key: Callable[[Any], bytes],
+            encode_value: Callable[[Any], bytes]) -> Iterator[tuple[int, bytes]]:
+        """Takes ``(key, value)`` objects; yields the ``(target, blob)`` of each flush."""
+        if self._pairs is not None:
+            yield from self._pairs.add_values(kvs, encode_key, encode_value)
+            return
+        table, budget, sample = self._table, self._memory_bytes, self._sample
+        held, count = self._held, self._count
+        get = table.get
+        kvs = iter(kvs)
+        for k, v in kvs:
+            key, value = encode_key(k), encode_value(v)
+            values = get(key)
+            if values is None:
+                table[key] = [value]
+                held += len(key) + len(value) + KEY_OVERHEAD
+            else:
+                values.append(value)
+                held += len(value) + VALUE_OVERHEAD
+            count += 1
+            if count == sample:
+                self._sample = sample = 0
+                if count < self._MIN_VALUES_PER_KEY * len(table):
+                    # Keys rarely repeat: plain pairs from here on.
+                    yield from self.flush()
+                    self._pairs = Buckets(self._partitions, self._blob_bytes)
+                    yield from self._pairs.add_values(kvs, encode_key, encode_value)
+                    return
+            if held > budget:
+                yield from self.flush()
+                held, count = 0, 0
+        self._held, self._count = held, count
+
+    def flush(self) -> Iterator[tuple[int, bytes]]:
+        """Every held key's record, packed into blobs per target partition."""
+        n, limit = self._partitions, self._blob_bytes
+        streams = [_new_stream(_GROUPED) for _ in range(n)]
+        hash_ = key_hash
+        for key, values in self._table.items():
+            target = hash_(key) % n
+            out = streams[target]
+            out.write(key, True)
+            out.write_var_int64(len(values))
+            out.write(b"".join(values), True)
+            if out.size() >= limit:
+                yield target, out.get()
+                streams[target] = _new_stream(_GROUPED)
+        self._table.clear()
+        self._held, self._count = 0, 0
+        for target, out in enumerate(streams):
+            if out.size() > 1:
+                yield target, out.get()
+        if self._pairs is not None:
+            yield from self._pairs.flush()
 
 
 def unpack(blobs: Iterable[bytes]) -> Iterator[tuple[bytes, bytes]]:
     """Inverse of :class:`Buckets`: the pairs of the blobs, in order."""
     for blob in blobs:
         stream = create_InputStream(blob)
+        if stream.read_byte() != _PAIRS:
+            raise ValueError("a shuffle blob of grouped records where pairs were expected")
         while stream.size() > 0:
             key = stream.read_all(True)
             yield key, stream.read_all(True)
+
+
+def _records(blob: bytes) -> Iterator[tuple[bytes, int, bytes]]:
+    """The ``(key, count, values)`` records of a :class:`KeyedValues` blob."""
+    stream = create_InputStream(blob)
+    stream.read_byte()
+    while stream.size() > 0:
+        key = stream.read_all(True)
+        count = stream.read_var_int64()
+        yield key, count, stream.read_all(True)
 
 
 class GroupReader:
@@ -263,7 +369,11 @@ class GroupReader:
     def _grouped(self, blobs: Iterable[bytes], stats: SpillStats | None) -> Iterator[Iterator[Group]]:
         grouping = ExternalGrouping(self._memory_bytes, stats)
         try:
-            grouping.add_all(unpack(blobs))
+            for blob in blobs:
+                if blob[0] == _GROUPED:
+                    grouping.add_counted(_records(blob))
+                else:
+                    grouping.add_all(unpack((blob,)))
             yield grouping.groups()
         finally:
             grouping.close()

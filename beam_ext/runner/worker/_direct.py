@@ -50,7 +50,7 @@ from apache_beam.utils.windowed_value import create as new_windowed
 
 from beam_ext.errors import BeamExtError
 from beam_ext.runner._element_batches import BATCH, Columns, Same, as_batch, as_batches, windowed
-from beam_ext.runner._shuffle import Buckets, ShuffleWriter
+from beam_ext.runner._shuffle import Buckets, KeyedValues, ShuffleWriter
 from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
@@ -909,17 +909,22 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
 
 
 def _shuffled(chain: DirectChain, batches: Iterator[list]) -> Iterator[tuple[int, bytes]]:
-    """``(target partition, blob)`` pairs of the chain's output, as the bundle processor's would be packed."""
+    """``(target partition, blob)`` pairs of the chain's output, as the bundle
+    processor's would be packed; a trivial grouping's values are gathered by
+    key first (:class:`KeyedValues`)."""
     last = chain.precombine.name if chain.precombine is not None else chain.steps[-1].name
-    buckets = Buckets(chain.partitions)
     shuffle = chain.shuffle
-    encoders = shuffle.value_encoders() if shuffle.trivial else None
+    trivial = shuffle.trivial
+    buckets = KeyedValues(chain.partitions) if trivial else Buckets(chain.partitions)
+    encoders = shuffle.value_encoders() if trivial else None
     for batch in batches:
         try:
-            if type(batch) is Same and encoders is not None:
-                yield from buckets.add_values(batch.values, *encoders)
-            else:
+            if encoders is None:
                 yield from buckets.add(shuffle.pairs(windowed(batch)))
+            elif type(batch) is Same:
+                yield from buckets.add(batch.values, *encoders)
+            else:
+                yield from buckets.add([wv.value for wv in windowed(batch)], *encoders)
         except Exception as exc:  # noqa: BLE001 - an output the GroupByKey's coder refuses
             raise StepFailed(traceback.format_exc() + _STEP_TAG % last) from exc
     yield from buckets.flush()
