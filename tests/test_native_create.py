@@ -95,6 +95,38 @@ def test_one_create_read_by_two_consumers_and_a_side_input(spark):
         assert_that(numbers | beam.combiners.Count.Globally(), equal_to([10]), label="count")
 
 
+def _jobs_run(spark, build) -> int:
+    sc = spark.sparkContext
+    before = max(sc.statusTracker().getJobIdsForGroup(), default=-1)
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        build(p)
+    return max(sc.statusTracker().getJobIdsForGroup(), default=-1) - before
+
+
+def test_a_create_read_by_two_stages_on_objects_is_computed_by_each_not_persisted(spark, tmp_path):
+    """Two readers of one Create run as many Spark jobs as two readers of two
+    Creates: no job of its own to encode, persist and count it."""
+    values = list(range(100))
+
+    def shared(p):
+        numbers = p | beam.Create(values)
+        _ = numbers | "Evens" >> beam.Filter(lambda x: x % 2 == 0) | "WriteEvens" >> beam.io.WriteToText(
+            str(tmp_path / "shared-evens"))
+        _ = numbers | "Odds" >> beam.Filter(lambda x: x % 2) | "WriteOdds" >> beam.io.WriteToText(
+            str(tmp_path / "shared-odds"))
+
+    def separate(p):
+        _ = (p | "A" >> beam.Create(values) | "Evens" >> beam.Filter(lambda x: x % 2 == 0)
+             | "WriteEvens" >> beam.io.WriteToText(str(tmp_path / "separate-evens")))
+        _ = (p | "B" >> beam.Create(values) | "Odds" >> beam.Filter(lambda x: x % 2)
+             | "WriteOdds" >> beam.io.WriteToText(str(tmp_path / "separate-odds")))
+
+    assert _jobs_run(spark, shared) == _jobs_run(spark, separate)
+    for name, rest in (("evens", 0), ("odds", 1)):
+        lines = [int(line) for path in glob.glob(str(tmp_path / f"shared-{name}*")) for line in open(path)]
+        assert sorted(lines) == [v for v in values if v % 2 == rest]
+
+
 class _Doubled(beam.Create):
     """A Create subclass with its own expansion: not Beam's Create, so no native step."""
 

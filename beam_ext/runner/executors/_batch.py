@@ -401,6 +401,19 @@ class BatchExecutor:
         return (reader is not None and self._written_once(buffer_id)
                 and (reader.native is not None or reader.direct is not None))
 
+    def _all_read_as_objects(self, buffer_id: bytes) -> bool:
+        """Whether every stage reading ``buffer_id`` (written once) as a main
+        input takes it as its one input, on element objects; side inputs
+        read it as listed on the driver.
+
+        Used for a step whose values the driver lists (a ``Create``): each
+        reader computes it again, which costs less than encoding, persisting
+        and counting it in a job of its own, as a buffer read twice is."""
+        readers = [s for s in self._readers_of(buffer_id) if buffer_id in s.inputs]
+        return (self._written_once(buffer_id) and buffer_id in self._driver_values and bool(readers)
+                and all(s.inputs == [buffer_id] and (s.native is not None or s.direct is not None)
+                        for s in readers))
+
     @contextlib.contextmanager
     def _action(self, stage: PlannedStage | None = None):
         """Runs a Spark action over the stages chained so far, then keeps their metrics."""
@@ -474,7 +487,9 @@ class BatchExecutor:
                         self._arrow_rows[buffer_id] = out
                     return
                 out = out.batches()
-            if not self._one_by_one and len(stage.outputs) == 1 and self._objects_read(stage.outputs[0]):
+            if not self._one_by_one and len(stage.outputs) == 1 and (
+                    self._objects_read(stage.outputs[0])
+                    or listed is not None and self._all_read_as_objects(stage.outputs[0])):
                 self._chained.append(stage)
                 self._values[stage.outputs[0]] = out if isinstance(out, ElementBatches) else ElementBatches.of(out)
                 return
