@@ -9,19 +9,24 @@ Times, over 400,000 ``(int key, int value)`` pairs drawn from 200,000 keys
 - read: grouping the blobs and handing the groups to an object stage, as
   encoded chunks that the stage decodes (``GroupReader.read`` then
   ``decoded_batches``, the path before 2026-11-27) and as objects
-  (``GroupReader.read_batches``).
+  (``GroupReader.read_batches``);
+- both ends together, the values written as pairs (``Buckets.add_values``)
+  and gathered by key first (``KeyedValues``, which writes pairs itself
+  once it sees keys rarely repeat, as they do at 200,000 keys; ``--keys
+  1000`` gives each key 400 values).
 
 Both paths of each end are in the same checkout and run alternately, so
 the ratios hold however the machine's speed drifts. Prints the minimum of
 7 runs in nanoseconds per pair:
 
-    cd /tmp && PYTHONPATH=<checkout> python <checkout>/benchmarks/group_read.py
+    cd /tmp && PYTHONPATH=<checkout> python <checkout>/benchmarks/group_read.py [--keys 1000]
 
 This is a secondary, in-process figure: the pipelines users run are timed by
 ``runner_throughput.py`` and ``runner_ab.py`` (case ``gbk``).
 """
 from __future__ import annotations
 
+import argparse
 import gc
 import random
 import time
@@ -33,7 +38,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 import beam_ext
 from beam_ext.runner._element_batches import BATCH
-from beam_ext.runner._shuffle import Buckets, GroupReader, ShuffleWriter
+from beam_ext.runner._shuffle import Buckets, GroupReader, KeyedValues, ShuffleWriter
 from beam_ext.runner.worker._direct import decoded_batches
 
 PAIRS, KEYS, RUNS, PARTITIONS = 400_000, 200_000, 7, 2
@@ -52,10 +57,13 @@ def _alternating(cases: dict[str, Callable[[], Any]]) -> dict[str, float]:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--keys", type=int, default=KEYS)
+    keys = parser.parse_args().keys
     # Python workers run with this young-generation threshold (runner/worker/_gc.py).
     gc.set_threshold(100_000)
     rng = random.Random(1)
-    kvs = [(rng.randrange(KEYS), i) for i in range(PAIRS)]
+    kvs = [(rng.randrange(keys), i) for i in range(PAIRS)]
     batches = [kvs[i:i + BATCH] for i in range(0, PAIRS, BATCH)]
     any_coder = coders.FastPrimitivesCoder()
     window_coder = coders.coders.GlobalWindowCoder()
@@ -87,7 +95,7 @@ def main() -> None:
 
     assert [wv for b in encoded() for wv in b] == [wv for b in objects() for wv in b]
     print(f"beam_ext from {beam_ext.__file__}")
-    print(f"{PAIRS:,} pairs, {KEYS:,} keys, minimum of {RUNS} runs, ns per pair")
+    print(f"{PAIRS:,} pairs, {keys:,} keys, minimum of {RUNS} runs, ns per pair")
     times = _alternating({"write, pairs then Buckets.add": lambda: write(pairs),
                           "write, Buckets.add_values": lambda: write(in_place),
                           "read, encoded then decoded": encoded,
@@ -96,6 +104,22 @@ def main() -> None:
         print(f"  {label:32s} {ns:7.0f}")
     print(f"write: {times['write, pairs then Buckets.add'] / times['write, Buckets.add_values']:.2f}x, "
           f"read: {times['read, encoded then decoded'] / times['read, objects (read_batches)']:.2f}x faster")
+
+    def gathered() -> list[bytes]:
+        keyed = KeyedValues(PARTITIONS)
+        blobs = [blob for batch in batches for _, blob in keyed.add(batch, *encoders)]
+        return blobs + [blob for _, blob in keyed.flush()]
+
+    def groups(blobs: list[bytes]) -> dict:
+        return {wv.value[0]: sorted(wv.value[1]) for b in reader.read_batches(blobs, post, BUNDLE_BYTES, BATCH)
+                for wv in b}
+
+    assert groups(gathered()) == groups(blobs)
+    both = _alternating({"both ends, pairs": lambda: groups(write(in_place)),
+                         "both ends, gathered by key": lambda: groups(gathered())})
+    for label, ns in both.items():
+        print(f"  {label:32s} {ns:7.0f}")
+    print(f"both ends: {both['both ends, pairs'] / both['both ends, gathered by key']:.2f}x faster gathered")
 
 
 if __name__ == "__main__":

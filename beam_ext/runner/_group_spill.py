@@ -6,7 +6,10 @@ run sorted by key bytes to a task-local temporary directory and emptied. At
 the end the runs (and what is left in memory, sorted) are merged k-way, so
 a key whose values went to several runs comes out once. Memory while
 merging is one key's values plus a read buffer per run; without a spill
-nothing is sorted and the groups come out of the dict as they are.
+nothing is sorted and the groups come out of the dict as they are. Besides
+single values it takes records of several values of one key
+(:meth:`ExternalGrouping.add_counted`), which a task gathered before the
+shuffle.
 
 A run is a sequence of records ``>III`` (key length, value count, data
 length), the key, then the data: the values' nested encodings, concatenated

@@ -3,6 +3,8 @@
 The producing stage writes windowed ``KV`` elements; :class:`ShuffleWriter`
 splits them into ``(encoded_key, payload)`` pairs that Spark partitions by
 :func:`~beam_ext._key_hash.key_hash` of the key bytes, equal in every worker.
+A stage on element objects feeding a trivial grouping gathers each key's
+values first (:class:`KeyedValues`): one record per key and flush.
 :class:`GroupReader` turns one shuffled partition back into the encoded
 ``KV<K, Iterable<V>>`` elements the consuming stage reads, with Beam's
 windowing semantics (the same trigger driver Beam's own runners use in batch).
