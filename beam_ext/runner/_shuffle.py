@@ -355,9 +355,11 @@ class GroupReader:
             pack = struct.Struct(">i").pack
             batch, size = [], 0
             for key, count, pieces in groups:
-                if count == len(pieces):  # a piece per value: decoding each beats joining and parsing them
+                if count == len(pieces) and count < 8:
+                    # A few values, a piece each: decoding each beats joining and parsing
+                    # them; from 8 values on the iterable coder's loop wins (benchmarks/group_read.py).
                     values = list(map(decode_value, pieces))
-                else:  # pieces merged from spilled runs
+                else:  # many values, or pieces of several (gathered by key, merged from spilled runs)
                     values = decode_values(create_InputStream(b"".join((pack(count), *pieces))), True)
                 batch.append(with_value((decode_key(key), values)))
                 size += sum(map(len, pieces))
