@@ -309,6 +309,36 @@ def test_pipeline_under_a_tiny_budget_spills_and_gives_the_right_groups():
         assert counters[(step, "group_spilled_bytes")] > 65536
 
 
+class _Tagged(beam.DoFn):
+    """Has bundle methods: its stage runs in Beam's bundle processor, not on objects."""
+
+    def start_bundle(self):
+        self.seen = 0
+
+    def process(self, i):
+        self.seen += 1
+        yield f"k{i % 7}", i
+
+
+@pytest.mark.usefixtures("spark")
+@pytest.mark.parametrize("spark_group_memory", [1 << 20, 4096], ids=["in memory", "spilled"])
+def test_a_bundle_processor_stage_gathers_its_values_by_key_as_an_object_stage_does(spark_group_memory):
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from beam_ext.runner import SparkRunner
+
+    n = 30000
+    expected = collections.defaultdict(list)
+    for i in range(n):
+        expected[f"k{i % 7}"].append(i)
+    p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions([f"--spark_group_memory={spark_group_memory}"]))
+    grouped = (p | beam.Create(range(n)) | beam.ParDo(_Tagged()) | beam.GroupByKey()
+               | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+    assert_that(grouped, equal_to(sorted(expected.items())))
+    p.run().wait_until_finish()
+
+
 def _run_memory_job(group_memory: int) -> subprocess.CompletedProcess:
     # 300 MB of values in one Python worker capped at 700 MB of address space:
     # the worker with Beam loaded plus a 16 MiB budget fits, all the groups do

@@ -3,8 +3,8 @@
 The producing stage writes windowed ``KV`` elements; :class:`ShuffleWriter`
 splits them into ``(encoded_key, payload)`` pairs that Spark partitions by
 :func:`~beam_ext._key_hash.key_hash` of the key bytes, equal in every worker.
-A stage on element objects feeding a trivial grouping gathers each key's
-values first (:class:`KeyedValues`): one record per key and flush.
+A stage feeding a trivial grouping gathers each key's values first
+(:class:`KeyedValues`): one record per key and flush.
 :class:`GroupReader` turns one shuffled partition back into the encoded
 ``KV<K, Iterable<V>>`` elements the consuming stage reads, with Beam's
 windowing semantics (the same trigger driver Beam's own runners use in batch).
@@ -102,6 +102,15 @@ class ShuffleWriter:
                 wv = impl.decode_from_stream(stream, True)
                 yield key_impl.encode_nested(wv.value[0]), impl.encode_nested(wv)
 
+
+    def kvs(self, data: bytes) -> Iterator[tuple[Any, Any]]:
+        """The ``(key, value)`` objects of encoded windowed KVs of a trivial
+        grouping, for :class:`KeyedValues` (with :meth:`value_encoders`)."""
+        assert self._trivial
+        decode = self._coder.get_impl().decode_from_stream
+        stream = create_InputStream(data)
+        while stream.size() > 0:
+            yield decode(stream, True).value
 
     def pairs(self, values: Iterable[Any]) -> Iterator[tuple[bytes, bytes]]:
         """The pairs :meth:`split` gives for the encoding of ``values`` (windowed

@@ -31,7 +31,7 @@ from apache_beam.runners.worker.statecache import StateCache
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from beam_ext.errors import BeamExtError
-from beam_ext.runner._shuffle import Buckets, ShuffleWriter
+from beam_ext.runner._shuffle import Buckets, KeyedValues, ShuffleWriter
 from beam_ext.runner.state import task_state
 from beam_ext.runner.worker._setup import WorkerSetup
 
@@ -147,7 +147,8 @@ class _TaskWorker:
         self._pending_timers: dict[tuple[str, str], dict] = {}
         # input transform id -> residual roots (DelayedBundleApplication) to feed back
         self._residuals: dict[str, list] = {}
-        self._buckets = {index: Buckets(spec.partitions) for index in spec.shuffle_writers}
+        self._buckets = {index: KeyedValues(spec.partitions) if writer.trivial else Buckets(spec.partitions)
+                         for index, writer in spec.shuffle_writers.items()}
         self.completed = False  # set by the task's loop once it ran to its end
 
     def close(self) -> None:
@@ -208,6 +209,9 @@ class _TaskWorker:
                 writer = spec.shuffle_writers.get(index)
                 if writer is None:
                     yield index, output.data
+                elif writer.trivial:
+                    for blob in self._buckets[index].add(writer.kvs(output.data), *writer.value_encoders()):
+                        yield index, blob
                 else:
                     for blob in self._buckets[index].add(writer.split(output.data)):
                         yield index, blob
