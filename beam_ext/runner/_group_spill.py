@@ -119,27 +119,14 @@ class ExternalGrouping:
         return self._stats
 
     def add_all(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
-        """Adds the pairs, spilling a run whenever the held bytes pass the budget."""
-        table = self._table
-        get = table.get
-        held, budget = self._held, self._budget
-        for key, value in pairs:
-            values = get(key)
-            if values is None:
-                table[key] = [value]
-                held += len(key) + len(value) + KEY_OVERHEAD
-            else:
-                values.append(value)
-                held += len(value) + VALUE_OVERHEAD
-            if held > budget:
-                self._spill()
-                held = 0
-        self._held = held
+        """Adds ``(key, value)`` pairs, spilling a run whenever the held bytes pass the budget."""
+        self.add_counted((key, 1, value) for key, value in pairs)
 
     def add_counted(self, records: Iterable[tuple[bytes, int, bytes]]) -> None:
         """Adds ``(key, count, data)`` records, ``data`` the nested encodings of
-        ``count`` values (a key's values grouped before the shuffle), spilling
-        as :meth:`add_all` does."""
+        ``count`` values (one value read from a pair, or a key's values
+        gathered before the shuffle), spilling a run whenever the held bytes
+        pass the budget."""
         table, extra = self._table, self._extra
         get = table.get
         held, budget = self._held, self._budget

@@ -297,13 +297,19 @@ def unpack(blobs: Iterable[bytes]) -> Iterator[tuple[bytes, bytes]]:
 
 
 def _records(blob: bytes) -> Iterator[tuple[bytes, int, bytes]]:
-    """The ``(key, count, values)`` records of a :class:`KeyedValues` blob."""
+    """The ``(key, count, values)`` records of a blob: a :class:`KeyedValues`
+    record as it is, a pair as a record of one value."""
     stream = create_InputStream(blob)
-    stream.read_byte()
+    read = stream.read_all
+    if stream.read_byte() == _PAIRS:
+        while stream.size() > 0:
+            key = read(True)
+            yield key, 1, read(True)
+        return
     while stream.size() > 0:
-        key = stream.read_all(True)
+        key = read(True)
         count = stream.read_var_int64()
-        yield key, count, stream.read_all(True)
+        yield key, count, read(True)
 
 
 class GroupReader:
@@ -383,10 +389,7 @@ class GroupReader:
         grouping = ExternalGrouping(self._memory_bytes, stats)
         try:
             for blob in blobs:
-                if blob[0] == _GROUPED:
-                    grouping.add_counted(_records(blob))
-                else:
-                    grouping.add_all(unpack((blob,)))
+                grouping.add_counted(_records(blob))
             yield grouping.groups()
         finally:
             grouping.close()
