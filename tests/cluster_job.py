@@ -1,4 +1,4 @@
-"""A pipeline submitted to a Spark standalone cluster by test_runner_cluster.py."""
+"""A word count test_runner_cluster.py submits to a Spark master that is not there."""
 import sys
 
 import apache_beam as beam

@@ -1,7 +1,8 @@
 """A pipeline written for Dataflow, run on SparkRunner by test_dataflow_options.py
 and test_runner_cluster.py: its DoFn lives in the user's own package, and a
 function of ``__main__`` reads a global (which needs --save_main_session under
---pickle_library=dill, as on Dataflow).
+--pickle_library=dill, as on Dataflow). The same pipeline counts words through
+a shuffle into ``OUT.counts-*`` as ``word,count`` lines.
 
 Usage: dataflow_job.py OUT SYS_PATH MODULES PIPELINE_ARGS...
 SYS_PATH: directories the driver imports the user's packages from (os.pathsep
@@ -30,6 +31,9 @@ def main(argv: list[str]) -> None:
     with beam.Pipeline(options=PipelineOptions(pipeline_args)) as p:
         (p | beam.Create(["a", "b", "c"]) | beam.ParDo(userpkg.Where(modules))
            | beam.Map(in_main) | beam.io.WriteToText(out))
+        (p | "Lines" >> beam.Create([f"w{i % 7} w{i % 3}" for i in range(100)])
+           | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
+           | beam.MapTuple(lambda w, n: f"{w},{n}") | "WriteCounts" >> beam.io.WriteToText(out + ".counts"))
     from pyspark.sql import SparkSession
 
     conf = dict(SparkSession.getActiveSession().sparkContext.getConf().getAll())

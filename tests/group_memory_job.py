@@ -3,9 +3,11 @@
 Run by tests/test_group_spill.py in a subprocess: ``spark.executor.pyspark.memory``
 makes PySpark cap each Python worker's address space (RLIMIT_AS), so a task
 that holds the whole partition's groups in memory fails, and one that spills
-sorted runs does not. Prints ``OK <keys> <bytes>`` or ``FAILED <error>``.
+sorted runs does not. Runs the pipeline once per ``--spark_group_memory``
+budget, in that order, in one Spark session, and prints a line per run:
+``OK <keys> <bytes>`` or ``FAILED <error>``.
 
-    python tests/group_memory_job.py --pyspark_memory=700m --spark_group_memory=16777216
+    python tests/group_memory_job.py --pyspark_memory=700m --spark_group_memory=16777216,1099511627776
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def _values(shard: int, per_shard: int, keys: int):
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pyspark_memory", required=True)
-    parser.add_argument("--spark_group_memory", type=int, required=True)
+    parser.add_argument("--spark_group_memory", required=True, help="comma-separated budgets, one run each")
     parser.add_argument("--elements", type=int, default=40000)
     args = parser.parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -48,25 +50,27 @@ def main(argv: list[str]) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.testing.util import assert_that, equal_to
 
-    p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions([
-        f"--spark_group_memory={args.spark_group_memory}", "--spark_parallelism=1",
-        # One shard per bundle: a bundle's output is held until it ends.
-        "--spark_bundle_size=16"]))
-    sizes = (p | beam.Create(range(shards))
-             | beam.FlatMap(_values, per_shard, keys)
-             | beam.GroupByKey()
-             | beam.MapTuple(lambda key, values: (1, sum(map(len, values))))
-             | beam.CombineGlobally(lambda pairs: tuple(map(sum, zip(*pairs))) or (0, 0)))
     total = shards * per_shard * 32 * VALUE_REPEAT
-    assert_that(sizes, equal_to([(keys, total)]))
     try:
-        p.run().wait_until_finish()
-    except PipelineError as e:
-        print(f"FAILED {type(e).__name__}: {e}"[:2000])
-        return 1
+        for budget in args.spark_group_memory.split(","):
+            p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions([
+                f"--spark_group_memory={budget}", "--spark_parallelism=1",
+                # One shard per bundle: a bundle's output is held until it ends.
+                "--spark_bundle_size=16"]))
+            sizes = (p | beam.Create(range(shards))
+                     | beam.FlatMap(_values, per_shard, keys)
+                     | beam.GroupByKey()
+                     | beam.MapTuple(lambda key, values: (1, sum(map(len, values))))
+                     | beam.CombineGlobally(lambda pairs: tuple(map(sum, zip(*pairs))) or (0, 0)))
+            assert_that(sizes, equal_to([(keys, total)]))
+            try:
+                p.run().wait_until_finish()
+            except PipelineError as e:
+                print(f"FAILED {type(e).__name__}: {e}"[:2000].replace("\n", " "), flush=True)
+                continue
+            print(f"OK {keys} {total}", flush=True)
     finally:
         spark.stop()
-    print(f"OK {keys} {total}")
     return 0
 
 

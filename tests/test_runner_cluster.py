@@ -74,33 +74,6 @@ def standalone_cluster(tmp_path_factory):
                 proc.kill()
 
 
-def test_pipeline_runs_on_standalone_cluster(standalone_cluster, tmp_path):
-    master, logs = standalone_cluster
-    out = tmp_path / "counts"
-    job = os.path.join(os.path.dirname(__file__), "cluster_job.py")
-    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run(
-        [sys.executable, job, str(out), "--runner=beam_ext.runner.SparkRunner",
-         f"--spark_master={master}", "--spark_parallelism=2",
-         "--spark_conf=spark.executor.memory=512m"],
-        env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    counts = collections.Counter()
-    for path in glob.glob(str(out) + "*"):
-        with open(path) as f:
-            for line in f:
-                word, n = line.strip().split(",")
-                counts[word] += int(n)
-    expected = collections.Counter()
-    for i in range(100):
-        expected[f"w{i % 7}"] += 1
-        expected[f"w{i % 3}"] += 1
-    assert counts == expected
-    # Both workers registered with the master (the job had two executors to use).
-    master_log = (logs / "master.log").read_text(errors="replace")
-    assert master_log.count("Registering worker") == 2
-
-
 def test_unreachable_master_is_a_clear_error(tmp_path):
     job = os.path.join(os.path.dirname(__file__), "cluster_job.py")
     done = subprocess.run(
@@ -111,14 +84,16 @@ def test_unreachable_master_is_a_clear_error(tmp_path):
     assert "is unreachable" in done.stderr and "spark://127.0.0.1:" in done.stderr
 
 
-def test_dataflow_dependencies_reach_the_executors(standalone_cluster, tmp_path):
-    """One submission: the DoFn's package by --setup_file, a wheel by
+def test_a_pipeline_and_its_dependencies_run_on_a_standalone_cluster(standalone_cluster, tmp_path):
+    """One submission (a cluster driver and its executors start in seconds
+    each): words counted through a shuffle over both workers, and Dataflow's
+    dependency options: the DoFn's package by --setup_file, a wheel by
     --extra_package, another by --requirements_file, and a __main__ global
     under dill by --save_main_session. None of them is installed or on the
     executors' PYTHONPATH; each element reports where executors imported them."""
     from _user_packages import write_package, write_wheel
 
-    master, _ = standalone_cluster
+    master, logs = standalone_cluster
     setup_py = write_package(tmp_path / "src", "userpkg", with_dofn=True)
     extra = write_wheel(tmp_path / "dist", "extrapkg")
     required = write_wheel(tmp_path / "wheelhouse", "reqpkg")
@@ -154,3 +129,17 @@ def test_dataflow_dependencies_reach_the_executors(standalone_cluster, tmp_path)
             # On the executors, from the zip Spark shipped: not the driver's copies.
             assert files[name].endswith(os.path.join(os.path.basename(built), name, "__init__.py")), files
             assert not files[name].startswith(str(tmp_path)), files
+    counts = collections.Counter()
+    for path in glob.glob(str(out) + ".counts-*"):
+        with open(path) as f:
+            for line in f:
+                word, n = line.strip().split(",")
+                counts[word] += int(n)
+    expected = collections.Counter()
+    for i in range(100):
+        expected[f"w{i % 7}"] += 1
+        expected[f"w{i % 3}"] += 1
+    assert counts == expected
+    # Both workers registered with the master (the job had two executors to use).
+    master_log = (logs / "master.log").read_text(errors="replace")
+    assert master_log.count("Registering worker") == 2
