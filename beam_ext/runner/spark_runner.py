@@ -15,7 +15,7 @@ from apache_beam.runners.pipeline_utils import (
     merge_superset_dep_environments,
     validate_pipeline_graph,
 )
-from apache_beam.transforms import environments
+from apache_beam.transforms import core, environments
 
 from beam_ext.runner import _dependencies
 from beam_ext.runner._metrics import SparkMetrics
@@ -24,6 +24,7 @@ from beam_ext.runner.dataflow_options import map_dataflow_options
 from beam_ext.runner.executors import BatchExecutor, StreamingExecutor
 from beam_ext.runner.options import SparkRunnerOptions, check_options
 from beam_ext.runner.planning import TestStreamAsBoundedSource, io_overrides, plan_pipeline
+from beam_ext.runner.planning._create_type import expand_create
 from beam_ext.runner.session import active_session, get_or_create_session
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -79,6 +80,12 @@ class SparkRunner(runner.PipelineRunner):
         job (Beam's FnApiRunner offers the same switch, used by Beam's tests)."""
         super().__init__()
         self._is_drain = is_drain
+
+    def apply_PTransform(self, transform, input, options):  # noqa: N802, A002 - Beam's names
+        # A Create's values are typed once more when it is applied; here once per shape of value.
+        if type(transform) is core.Create:
+            return expand_create(transform, input)
+        return super().apply_PTransform(transform, input, options)
 
     def run_pipeline(self, pipeline, options: pipeline_options.PipelineOptions):
         if not _is_streaming(pipeline, options):
