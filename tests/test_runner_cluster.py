@@ -85,8 +85,8 @@ def test_unreachable_master_is_a_clear_error(tmp_path):
 
 
 def test_a_pipeline_and_its_dependencies_run_on_a_standalone_cluster(standalone_cluster, tmp_path):
-    """One submission (a cluster driver and its executors start in seconds
-    each): words counted through a shuffle over both workers, and Dataflow's
+    """One submission (each starts a driver and its executors, about half a
+    minute on 2 cores): words counted through a shuffle over both workers, and Dataflow's
     dependency options: the DoFn's package by --setup_file, a wheel by
     --extra_package, another by --requirements_file, and a __main__ global
     under dill by --save_main_session. None of them is installed or on the
