@@ -88,20 +88,17 @@ class ShuffleWriter:
         self._trivial = trivial
 
     def split(self, data: bytes) -> Iterator[tuple[bytes, bytes]]:
-        impl = self._coder.get_impl()
-        kv_coder = self._coder.wrapped_value_coder
-        key_impl = kv_coder.key_coder().get_impl()
-        value_impl = kv_coder.value_coder().get_impl()
-        stream = create_InputStream(data)
         if self._trivial:
-            while stream.size() > 0:
-                key, value = impl.decode_from_stream(stream, True).value
-                yield key_impl.encode_nested(key), value_impl.encode_nested(value)
-        else:
-            while stream.size() > 0:
-                wv = impl.decode_from_stream(stream, True)
-                yield key_impl.encode_nested(wv.value[0]), impl.encode_nested(wv)
-
+            encode_key, encode_value = self.value_encoders()
+            for key, value in self.kvs(data):
+                yield encode_key(key), encode_value(value)
+            return
+        impl = self._coder.get_impl()
+        key_impl = self._coder.wrapped_value_coder.key_coder().get_impl()
+        stream = create_InputStream(data)
+        while stream.size() > 0:
+            wv = impl.decode_from_stream(stream, True)
+            yield key_impl.encode_nested(wv.value[0]), impl.encode_nested(wv)
 
     def kvs(self, data: bytes) -> Iterator[tuple[Any, Any]]:
         """The ``(key, value)`` objects of encoded windowed KVs of a trivial

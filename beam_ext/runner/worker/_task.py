@@ -149,6 +149,9 @@ class _TaskWorker:
         self._residuals: dict[str, list] = {}
         self._buckets = {index: KeyedValues(spec.partitions) if writer.trivial else Buckets(spec.partitions)
                          for index, writer in spec.shuffle_writers.items()}
+        # A trivial grouping's key and value encoders, looked up once per task, not per output.
+        self._encoders = {index: writer.value_encoders()
+                          for index, writer in spec.shuffle_writers.items() if writer.trivial}
         self.completed = False  # set by the task's loop once it ran to its end
 
     def close(self) -> None:
@@ -210,7 +213,7 @@ class _TaskWorker:
                 if writer is None:
                     yield index, output.data
                 elif writer.trivial:
-                    for blob in self._buckets[index].add(writer.kvs(output.data), *writer.value_encoders()):
+                    for blob in self._buckets[index].add(writer.kvs(output.data), *self._encoders[index]):
                         yield index, blob
                 else:
                     for blob in self._buckets[index].add(writer.split(output.data)):
