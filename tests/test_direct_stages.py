@@ -9,6 +9,7 @@ and errors of a CombineFn, side inputs of every kind read whole.
 """
 from __future__ import annotations
 
+import functools
 import logging
 
 import apache_beam as beam
@@ -17,7 +18,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import combiners, core, window
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pipeline_outputs import spark_equals_direct
 
@@ -354,15 +355,36 @@ def _partials_per_key_and_window(combine, values: list, max_keys: int | None, fo
     return partials
 
 
+def _runs_of_beams_accumulators(fn, values: list, accumulators: list) -> bool:
+    """Whether ``accumulators``, in order, are Beam's compacted accumulators of
+    consecutive runs of ``values`` (``add_input`` one value at a time), covering them all."""
+    wanted = [repr(a) for a in accumulators]
+
+    @functools.cache
+    def covers(start: int, run: int) -> bool:
+        if run == len(wanted):
+            return start == len(values)
+        acc = fn.create_accumulator()
+        for end in range(start, len(values)):
+            acc = fn.add_input(acc, values[end])
+            if repr(fn.compact(acc)) == wanted[run] and covers(end + 1, run + 1):
+                return True
+        return False
+
+    return covers(0, 0)
+
+
 @pytest.mark.parametrize("fn", PLAIN_FNS, ids=PLAIN_IDS)
 @settings(max_examples=25, deadline=None)
 @given(events=st.lists(st.tuples(st.integers(0, 2), st.one_of(st.integers(-10**20, 10**20), st.floats(
            allow_nan=False, allow_infinity=False)), st.integers(-20, 20)), max_size=60),
        max_keys=st.sampled_from([None, 4]), windows=st.sampled_from(["fixed", "sliding"]))
+@example(events=[(1, 1, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0),
+                 (1, 9007199254740992.0, 0), (1, -1, 0)], max_keys=4, windows="sliding")
 def test_plain_windowed_partial_combines_equal_beams_per_key_and_window(fn, events, max_keys, windows):
     # Windowed (at the end of the window), the plain accumulators are kept per
-    # key and window; evicted ones come back; merged, each key-window's
-    # partials equal Beam's add_input one value at a time, to the bit.
+    # key and window; evicted ones come back; each is Beam's add_input one
+    # value at a time over its run of the key-window's values, to the bit.
     from apache_beam.internal import pickler
     from apache_beam.utils.windowed_value import WindowedValue
 
@@ -373,16 +395,18 @@ def test_plain_windowed_partial_combines_equal_beams_per_key_and_window(fn, even
     values = [WindowedValue((k, v), ts, tuple(windowfn.assign(window.WindowFn.AssignContext(ts))))
               for k, v, ts in events]
     partials = _partials_per_key_and_window(combine, values, max_keys)
-    want: dict = {}
+    added: dict = {}  # (key, window) -> its values, in input order
     for wv in values:
         for w in wv.windows:
-            key = (wv.value[0], w)
-            want[key] = fn.add_input(want.get(key, fn.create_accumulator()), wv.value[1])
+            added.setdefault((wv.value[0], w), []).append(wv.value[1])
+    assert partials.keys() == added.keys()
     if max_keys is None:
         assert all(len(p) == 1 for p in partials.values())
-        assert repr({k: p[0] for k, p in partials.items()}) == repr({k: fn.compact(a) for k, a in want.items()})
-    assert ({k: fn.extract_output(fn.merge_accumulators(p)) for k, p in partials.items()}
-            == {k: fn.extract_output(a) for k, a in want.items()})
+    # An evicted accumulator and the one begun after it split the values:
+    # float sums then differ from one accumulator's in the last bit, as
+    # between two bundles. Each must still be Beam's own, to the bit.
+    for key, accumulators in partials.items():
+        assert _runs_of_beams_accumulators(fn, added[key], accumulators), key
 
 
 @pytest.mark.parametrize("fn", PLAIN_FNS[:3] + [combiners.TopCombineFn(2)], ids=PLAIN_IDS[:3] + ["top"])
