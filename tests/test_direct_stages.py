@@ -37,9 +37,25 @@ class _Stamped(beam.DoFn):
         yield [element, repr(w), float(t)]
 
 
-def _timestamped(p, events):
-    return (p | beam.Create(events)
-            | "Stamp" >> beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts)))
+def _timestamped(p, events, case: str = ""):
+    return (p | f"Create{case}" >> beam.Create(events)
+            | f"Stamp{case}" >> beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts)))
+
+
+def _cases_equal_beam(build, cases: list, tmp_path, options: list[str] | None = None) -> None:
+    """``build(p, case, *args)`` for each ``args`` of ``cases``, as branches of
+    one pipeline; asserts SparkRunner writes what Beam writes, case by case.
+
+    Several hypothesis cases in one pipeline pay a run's fixed costs (its
+    Spark jobs, Beam's pipeline construction) once. Steps are labelled with
+    their case's number, which the stage logs show.
+    """
+    def build_all(p):
+        return [build(p, str(i), *args)
+                | f"Case{i}" >> beam.Map(lambda e, i=i: [i, e])
+                | f"Global{i}" >> beam.WindowInto(window.GlobalWindows())  # for the Flatten
+                for i, args in enumerate(cases)] | beam.Flatten()
+    spark_equals_direct(build_all, tmp_path, options)
 
 
 WINDOWS = {
@@ -60,56 +76,58 @@ COMBINE_FNS = {
 }
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=st.lists(st.tuples(st.sampled_from("abcde"), st.integers(-5, 20), st.integers(0, 30)),
-                       max_size=60),
-       windows=st.sampled_from(sorted(WINDOWS)), timestamps=st.sampled_from(sorted(COMBINERS)),
-       fn=st.sampled_from(sorted(COMBINE_FNS)))
-def test_a_partial_combine_under_any_windowing_equals_beam(tmp_path_factory, caplog, events, windows, timestamps,
-                                                          fn):
-    def build(p):
+_EVENTS = st.lists(st.tuples(st.sampled_from("abcde"), st.integers(-5, 20), st.integers(0, 30)), max_size=60)
+_COMBINE_CASES = st.lists(st.tuples(_EVENTS, st.sampled_from(sorted(WINDOWS)), st.sampled_from(sorted(COMBINERS)),
+                                    st.sampled_from(sorted(COMBINE_FNS))), min_size=1, max_size=4)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=_COMBINE_CASES)
+def test_a_partial_combine_under_any_windowing_equals_beam(tmp_path_factory, caplog, cases):
+    def build(p, case, events, windows, timestamps, fn):
         # The grouping puts the combine in a stage of its own, its elements
         # in their windows with the timestamps the grouping gave.
-        return (_timestamped(p, events)
-                | beam.WindowInto(WINDOWS[windows], timestamp_combiner=COMBINERS[timestamps])
-                | beam.GroupByKey()
-                | "Ungroup" >> beam.FlatMapTuple(lambda k, vs: [(k, v * 2) for v in vs])
-                | "Combine" >> beam.CombinePerKey(COMBINE_FNS[fn])
-                | beam.ParDo(_Stamped()))
+        return (_timestamped(p, events, case)
+                | f"Window{case}" >> beam.WindowInto(WINDOWS[windows], timestamp_combiner=COMBINERS[timestamps])
+                | f"Group{case}" >> beam.GroupByKey()
+                | f"Ungroup{case}" >> beam.FlatMapTuple(lambda k, vs: [(k, v * 2) for v in vs])
+                | f"Combine{case}" >> beam.CombinePerKey(COMBINE_FNS[fn])
+                | f"Stamped{case}" >> beam.ParDo(_Stamped()))
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
-        spark_equals_direct(build, tmp_path_factory.mktemp("combine"))
-    assert any(OBJECTS in r.getMessage() and "Ungroup+Combine" in r.getMessage() for r in caplog.records)
+        _cases_equal_beam(build, cases, tmp_path_factory.mktemp("combine"))
+    for case in map(str, range(len(cases))):
+        assert any(OBJECTS in r.getMessage() and f"Ungroup{case}+Combine{case}" in r.getMessage()
+                   for r in caplog.records)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=st.lists(st.tuples(st.sampled_from("abcde"), st.integers(-5, 20), st.integers(0, 30)),
-                       max_size=60),
-       windows=st.sampled_from(sorted(WINDOWS)), timestamps=st.sampled_from(sorted(COMBINERS)),
-       fn=st.sampled_from(sorted(COMBINE_FNS)), lifted=st.booleans())
-def test_a_combine_after_its_grouping_equals_beam(tmp_path_factory, caplog, events, windows, timestamps, fn,
-                                                  lifted):
-    def build(p):
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(st.tuples(_EVENTS, st.sampled_from(sorted(WINDOWS)), st.sampled_from(sorted(COMBINERS)),
+                                st.sampled_from(sorted(COMBINE_FNS)), st.booleans()), min_size=1, max_size=4))
+def test_a_combine_after_its_grouping_equals_beam(tmp_path_factory, caplog, cases):
+    def build(p, case, events, windows, timestamps, fn, lifted):
         # The combine's steps after its grouping (merge and extract) and a
         # Map run on objects and feed a second grouping; its groups' windows
         # and timestamps, which _Stamped shows, follow from theirs.
-        windowed = (_timestamped(p, events)
-                    | beam.WindowInto(WINDOWS[windows], timestamp_combiner=COMBINERS[timestamps]))
+        windowed = (_timestamped(p, events, case)
+                    | f"Window{case}" >> beam.WindowInto(WINDOWS[windows], timestamp_combiner=COMBINERS[timestamps]))
         if lifted:
-            combined = windowed | "Combine" >> beam.CombinePerKey(COMBINE_FNS[fn])
+            combined = windowed | f"Combine{case}" >> beam.CombinePerKey(COMBINE_FNS[fn])
         else:
-            combined = windowed | beam.GroupByKey() | "Combine" >> beam.CombineValues(COMBINE_FNS[fn])
+            combined = (windowed | f"Group{case}" >> beam.GroupByKey()
+                        | f"Combine{case}" >> beam.CombineValues(COMBINE_FNS[fn]))
         return (combined
-                | "Rekey" >> beam.Map(lambda kv: (len(kv[0]), kv))
-                | "Regroup" >> beam.GroupByKey()
-                | beam.MapTuple(lambda k, kvs: (k, sorted(map(repr, kvs))))
-                | beam.ParDo(_Stamped()))
+                | f"Rekey{case}" >> beam.Map(lambda kv: (len(kv[0]), kv))
+                | f"Regroup{case}" >> beam.GroupByKey()
+                | f"Sort{case}" >> beam.MapTuple(lambda k, kvs: (k, sorted(map(repr, kvs))))
+                | f"Stamped{case}" >> beam.ParDo(_Stamped()))
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
-        spark_equals_direct(build, tmp_path_factory.mktemp("combine"))
+        _cases_equal_beam(build, cases, tmp_path_factory.mktemp("combine"))
     # Lifted or not (Beam's CombineValues is a ParDo of a DoFn with setup), on objects.
-    assert any(OBJECTS in r.getMessage() and "Combine" in r.getMessage() and "Rekey" in r.getMessage()
-               for r in caplog.records)
+    for case in map(str, range(len(cases))):
+        assert any(OBJECTS in r.getMessage() and f"Combine{case}" in r.getMessage()
+                   and f"Rekey{case}" in r.getMessage() for r in caplog.records)
 
 
 def test_the_object_path_is_taken_for_a_combine_and_a_grouping(tmp_path, caplog):
@@ -564,23 +582,24 @@ class _AllParams(beam.DoFn):
         yield [element, float(t), repr(w), pane.is_first, pane.timing, len(wv.windows), suffix]
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=st.lists(st.tuples(st.sampled_from("abc"), st.integers(-5, 20), st.integers(0, 30)),
-                       max_size=40),
-       windows=st.sampled_from(sorted(WINDOWS)))
-def test_dofn_parameters_and_window_into_run_on_objects_as_beam(tmp_path_factory, caplog, events, windows):
-    def build(p):
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(st.tuples(
+    st.lists(st.tuples(st.sampled_from("abc"), st.integers(-5, 20), st.integers(0, 30)), max_size=40),
+    st.sampled_from(sorted(WINDOWS))), min_size=1, max_size=4))
+def test_dofn_parameters_and_window_into_run_on_objects_as_beam(tmp_path_factory, caplog, cases):
+    def build(p, case, events, windows):
         # WindowInto (a DoFn of the timestamp and window) and a DoFn of every
         # parameter, once per window of an element in several, as Beam calls it.
-        return (_timestamped(p, events)
-                | "Window" >> beam.WindowInto(WINDOWS[windows])
-                | "Params" >> beam.ParDo(_AllParams(), suffix="!")
-                | "Stamp again" >> beam.Map(lambda row, t=beam.DoFn.TimestampParam: row + [float(t)]))
+        return (_timestamped(p, events, case)
+                | f"Window{case}" >> beam.WindowInto(WINDOWS[windows])
+                | f"Params{case}" >> beam.ParDo(_AllParams(), suffix="!")
+                | f"Stamp again{case}" >> beam.Map(lambda row, t=beam.DoFn.TimestampParam: row + [float(t)]))
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
-        spark_equals_direct(build, tmp_path_factory.mktemp("params"))
-    assert any(OBJECTS in r.getMessage() and "Window" in r.getMessage() and "Params" in r.getMessage()
-               for r in caplog.records)
+        _cases_equal_beam(build, cases, tmp_path_factory.mktemp("params"))
+    for case in map(str, range(len(cases))):
+        assert any(OBJECTS in r.getMessage() and f"Window{case}" in r.getMessage()
+                   and f"Params{case}" in r.getMessage() for r in caplog.records)
 
 
 class _KeyOf(beam.DoFn):
@@ -606,19 +625,19 @@ class _OneSecond(window.FixedWindows):
 _REWINDOW = {"fixed": window.FixedWindows(5, 1), "global": window.GlobalWindows(), "subclass": _OneSecond(5)}
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(events=st.lists(st.tuples(st.sampled_from("ab"), st.integers(-5, 20), st.integers(-30, 30)),
-                       max_size=30),
-       to=st.sampled_from(sorted(_REWINDOW)))
-def test_window_into_of_elements_in_several_windows_repeats_them_as_beam(tmp_path_factory, caplog, events, to):
-    def build(p):
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(st.tuples(
+    st.lists(st.tuples(st.sampled_from("ab"), st.integers(-5, 20), st.integers(-30, 30)), max_size=30),
+    st.sampled_from(sorted(_REWINDOW))), min_size=1, max_size=4))
+def test_window_into_of_elements_in_several_windows_repeats_them_as_beam(tmp_path_factory, caplog, cases):
+    def build(p, case, events, to):
         # Sliding windows put each element in three; re-windowing keeps one copy
         # per window (fixed windows, the global window, a subclass's own).
-        return (_timestamped(p, events) | "Slide" >> beam.WindowInto(window.SlidingWindows(6, 2))
-                | "Rewindow" >> beam.WindowInto(_REWINDOW[to]) | beam.CombinePerKey(sum)
-                | "Params" >> beam.ParDo(_AllParams(), suffix=to)
-                | "Global" >> beam.WindowInto(window.GlobalWindows()))
+        return (_timestamped(p, events, case) | f"Slide{case}" >> beam.WindowInto(window.SlidingWindows(6, 2))
+                | f"Rewindow{case}" >> beam.WindowInto(_REWINDOW[to]) | f"Sum{case}" >> beam.CombinePerKey(sum)
+                | f"Params{case}" >> beam.ParDo(_AllParams(), suffix=to))
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
-        spark_equals_direct(build, tmp_path_factory.mktemp("rewindow"))
-    assert any(OBJECTS in r.getMessage() and "Rewindow" in r.getMessage() for r in caplog.records)
+        _cases_equal_beam(build, cases, tmp_path_factory.mktemp("rewindow"))
+    for case in map(str, range(len(cases))):
+        assert any(OBJECTS in r.getMessage() and f"Rewindow{case}" in r.getMessage() for r in caplog.records)
