@@ -1,6 +1,8 @@
 """Streaming on SparkRunner: results equal the DirectRunner's in streaming mode."""
 from __future__ import annotations
 
+import logging
+
 import apache_beam as beam
 import pytest
 from apache_beam.coders import StrUtf8Coder, VarIntCoder
@@ -260,9 +262,10 @@ def _last_job(sc) -> int:
     return max(sc.statusTracker().getJobIdsForGroup(), default=-1)
 
 
-def test_a_stateless_stage_runs_in_its_groupings_spark_job(spark, tmp_path):
+def test_a_stateless_stage_runs_in_its_groupings_spark_job(spark, tmp_path, caplog):
     """A stage without state holds no watermark: the GroupByKey after it need
-    not wait for it, so a micro-batch is one Spark job, not one per barrier."""
+    not wait for it, so a micro-batch is one Spark job, not one per barrier.
+    The log names the job's steps as the user labelled them."""
     def build(p):
         stream = TestStream()
         for i in range(10):
@@ -270,15 +273,47 @@ def test_a_stateless_stage_runs_in_its_groupings_spark_job(spark, tmp_path):
         return _panes(p | stream.advance_watermark_to_infinity() | beam.Map(lambda kv: (kv[0], kv[1] * 10))
                       | beam.WindowInto(window.FixedWindows(5), trigger=trigger.AfterWatermark(
                           early=trigger.AfterCount(2)), accumulation_mode=trigger.AccumulationMode.DISCARDING)
-                      | beam.GroupByKey())
+                      | "GroupTens" >> beam.GroupByKey())
 
     sc = spark.sparkContext
     before = _last_job(sc)
-    with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
-        _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "spark.jsonl")))
+    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
+            _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "spark.jsonl")))
     # Ten micro-batches bring an element, two more move the watermark past a
     # window's end; the others have nothing to run.
     assert _last_job(sc) - before == 12
+    jobs = [r.getMessage() for r in caplog.records if "one Spark job ran" in r.getMessage()]
+    assert len(jobs) == 12 and all("GroupTens" in job for job in jobs)
+    assert not any("ref_" in r.getMessage() for r in caplog.records)  # no transform or PCollection ids
     with beam.Pipeline(runner="BundleBasedDirectRunner", options=PipelineOptions(["--streaming"])) as p:
         _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "direct.jsonl")))
     assert read_lines(str(tmp_path / "spark.jsonl")) == read_lines(str(tmp_path / "direct.jsonl"))
+
+
+class _KeepSeen(beam.DoFn):
+    """A stateful DoFn: its input is keyed, so a Flatten before it gets a stage of its own."""
+
+    SEEN = userstate.BagStateSpec("seen", VarIntCoder())
+
+    def process(self, kv, seen=beam.DoFn.StateParam(SEEN)):
+        seen.add(kv[1])
+        yield kv
+
+
+@pytest.mark.parametrize("streaming", [True, False], ids=["streaming", "batch"])
+def test_every_stage_is_labelled_with_the_users_steps(streaming):
+    """Beam plans the Flatten before a keyed stage as a read and a write of
+    buffers; its stage is named after the Flatten, not a PCollection's id."""
+    from beam_ext.runner.planning import plan_pipeline
+
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"] if streaming else []))
+    source = p | "Source" >> (TestStream().add_elements([("a", 1)]).advance_watermark_to_infinity()
+                              if streaming else beam.Create([("a", 1)]))
+    branches = [source | name >> beam.Map(lambda kv: kv) for name in ("Left", "Right")]
+    _ = (branches | "Both" >> beam.Flatten()
+         | "Check" >> beam.ParDo(_KeepSeen()).with_input_types(tuple[str, int]))
+    plan = plan_pipeline(p.to_runner_api(), 1 << 20, 2, streaming=streaming)
+    labels = [stage.label for stage in plan.stages]
+    assert "Both" in labels and "Check" in labels
+    assert not any("ref_" in label for label in labels)

@@ -531,7 +531,10 @@ class StreamingExecutor(BatchExecutor):
                                      self.progress.output_watermark(owner)),
             self._reporter(progress.batch, owner), progress))
         gbk = split_buffer_id(buffer_id)[1]
-        self._launch(_Pending(owner, f"GroupByKey {gbk}", out, (gbk,), {0: buffer_id}))
+        # Logs and errors name the user's step; the transform id keys the
+        # stage's metrics, in checkpoints too.
+        self._launch(_Pending(owner, f"GroupByKey {gbk}", out, (self._plan.groups[buffer_id].step,),
+                              {0: buffer_id}))
         progress.state_versions[owner] = progress.batch
         self._grouped[buffer_id] = out
         self._buffer_owners[buffer_id] = [owner]

@@ -102,9 +102,15 @@ def _user_steps(stage: Stage) -> tuple[str, ...]:
     The stage's own name joins transform ids; users know their step labels.
     """
     runner_made = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
-    names = (t.unique_name.split("/")[0] for t in stage.transforms
-             if t.spec.urn not in runner_made)
-    return tuple(dict.fromkeys(names)) or (stage.name,)
+    names = tuple(dict.fromkeys(t.unique_name.split("/")[0] for t in stage.transforms
+                                if t.spec.urn not in runner_made))
+    if not names:
+        # Only a read and a write, as Beam plans a Flatten before a keyed
+        # stage ("Both/Read", "ref_PCollection_PCollection_6/Write"): the
+        # read names the user's step, the write a PCollection's id.
+        names = tuple(dict.fromkeys(t.unique_name.split("/")[0] for t in stage.transforms
+                                    if not t.unique_name.startswith("ref_")))
+    return names or (stage.name,)
 
 
 class StagePlanner:
