@@ -28,15 +28,20 @@ $(VENV)/.installed-test: setup.py | $(VENV)/bin/python
 demo: check-java $(VENV)/.installed
 	$(PY) examples/payments_features.py
 
+# Two pytest workers, each with its own local[2] SparkSession, a test file
+# each at a time: one worker alone leaves a third of two cores idle, as
+# small Spark jobs wait on their Python workers and on py4j.
+PYTEST_WORKERS := -n 2 --dist loadfile
+
 test: check-java $(VENV)/.installed-test
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_WORKERS)
 
 # Everything, including the Beam suites' long tails that pytest.ini deselects
 # (slow_streaming, slow_portable, slow_dataframe): several times the time of `make test`.
 test-all: check-java $(VENV)/.installed-test
 	$(PY) -m ruff check .
-	$(PY) -m pytest -o addopts="-ra -p no:cacheprovider"
+	$(PY) -m pytest $(PYTEST_WORKERS) -o addopts="-ra -p no:cacheprovider"
 
 bench: check-java $(VENV)/.installed-test
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

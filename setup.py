@@ -29,6 +29,7 @@ setup(
         "test": [
             "pytest>=8",
             "pytest-timeout>=2.3",
+            "pytest-xdist>=3.5",  # `make test` runs two workers (Makefile)
             "ruff>=0.6",  # `make test` lints first (ruff.toml)
             "hypothesis>=6.100",
             # Beam's own runner tests (tests/beam_conformance) need these.

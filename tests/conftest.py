@@ -1,4 +1,8 @@
-"""Shared fixtures: one local[2] SparkSession for the whole test session."""
+"""Shared fixtures: one local[2] SparkSession for the whole test session.
+
+``make test`` runs two pytest workers (pytest-xdist, whole files to each):
+each worker is a test session of its own, with one SparkSession.
+"""
 from __future__ import annotations
 
 import os
