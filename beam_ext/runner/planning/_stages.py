@@ -101,16 +101,16 @@ def _user_steps(stage: Stage) -> tuple[str, ...]:
 
     The stage's own name joins transform ids; users know their step labels.
     """
+    def top_level(transforms) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t.unique_name.split("/")[0] for t in transforms))
+
     runner_made = (bundle_processor.DATA_INPUT_URN, bundle_processor.DATA_OUTPUT_URN)
-    names = tuple(dict.fromkeys(t.unique_name.split("/")[0] for t in stage.transforms
-                                if t.spec.urn not in runner_made))
-    if not names:
-        # Only a read and a write, as Beam plans a Flatten before a keyed
-        # stage ("Both/Read", "ref_PCollection_PCollection_6/Write"): the
-        # read names the user's step, the write a PCollection's id.
-        names = tuple(dict.fromkeys(t.unique_name.split("/")[0] for t in stage.transforms
-                                    if not t.unique_name.startswith("ref_")))
-    return names or (stage.name,)
+    # A stage of only a read and a write, as Beam plans a Flatten before a
+    # keyed stage ("Both/Read", "ref_PCollection_PCollection_6/Write"), is
+    # named by its read: the write names a PCollection's id.
+    return (top_level(t for t in stage.transforms if t.spec.urn not in runner_made)
+            or top_level(t for t in stage.transforms if not t.unique_name.startswith("ref_"))
+            or (stage.name,))
 
 
 class StagePlanner:
