@@ -3,7 +3,7 @@
 A separate process: the runner must start Spark itself, with its default
 master, which the test session's ``local[2]`` would otherwise shadow.
 Prints one JSON line: the master and recommended settings of the session
-the runner started, the first pipeline's output, the second pipeline's
+the runner started and its driver's Java options, the first pipeline's output, the second pipeline's
 error and how many times its failing element was tried.
 """
 import glob
@@ -55,6 +55,7 @@ def main(work_dir: str) -> None:
     conf = active_session().sparkContext.getConf()
     print(json.dumps({"master": active_session().sparkContext.master,
                       "settings": {key: conf.get(key, None) for key in recommended_spark_conf()},
+                      "java_options": conf.get("spark.driver.extraJavaOptions", ""),
                       "killed": os.path.exists(marker),
                       "written": sorted(written), "error": error,
                       "attempts": len(open(attempts).readlines())}))

@@ -15,7 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_ext.runner import PipelineError, SparkRunner, SparkUnavailableError, recommended_spark_conf
 from beam_ext.runner.options import parse_spark_conf
-from beam_ext.runner.session import _check_master_reachable
+from beam_ext.runner.session import _check_master_reachable, _local_driver_java_options
 
 
 def test_spark_conf_entries_are_parsed_and_bad_ones_named():
@@ -91,11 +91,22 @@ def test_default_local_master_retries_a_dead_worker_not_forever_a_user_error(tmp
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["master"] == "local[*,4]"
     assert report["settings"] == recommended_spark_conf()  # a session the runner starts has them
+    assert "-XX:TieredStopAtLevel=1" in report["java_options"].split()  # local: the quick compiler
     assert report["killed"] and report["written"] == list(range(10))  # exact after a retry
     error = report["error"]
     assert error.startswith("Beam step 'FailOnThree' failed on Spark:")
     assert "ValueError: bad element 3" in error
     assert report["attempts"] == 4  # a deterministic failure is tried 4 times, no more
+
+
+@pytest.mark.parametrize("user, expected", [
+    ("", "-XX:TieredStopAtLevel=1"),
+    ("-Xss4m", "-Xss4m -XX:TieredStopAtLevel=1"),
+    ("-XX:TieredStopAtLevel=4", "-XX:TieredStopAtLevel=4"),  # the user's choice of compiler wins
+    ("-Xss4m -XX:-TieredCompilation", "-Xss4m -XX:-TieredCompilation"),
+])
+def test_a_local_driver_runs_the_quick_compiler_unless_the_user_chose(user, expected):
+    assert _local_driver_java_options(user) == expected
 
 
 def test_runner_by_dotted_path_uses_the_active_session(spark, tmp_path):

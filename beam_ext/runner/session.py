@@ -13,6 +13,13 @@ from beam_ext.runner._jvm_class_cache import driver_java_options
 from beam_ext.runner.options import SparkRunnerOptions, parse_spark_conf
 
 _LOG = logging.getLogger(__name__)
+# The driver JVM's compilers. Local Spark's JVM shares the machine's cores with
+# the Python workers, which do a pipeline's work; its own work is scheduling
+# jobs and moving shuffle blobs. The optimizing compiler (C2) spent more of
+# the cores than it saved: with the quick one alone the demo's pipeline took
+# 11.8 s instead of 15.3 s, a streaming pipeline 10% less, and 2M-10M element
+# batch pipelines the same (docs/benchmarks/runner.md).
+_QUICK_COMPILER = "-XX:TieredStopAtLevel=1"
 
 
 class SparkUnavailableError(BeamExtError, RuntimeError):
@@ -92,6 +99,21 @@ def _warn_missing_conf(session) -> None:
                   " ".join(f"{k}={v}" for k, v in missing.items()))
 
 
+def _local_driver_java_options(user_options: str = "") -> str:
+    """The driver JVM options of a local session SparkRunner starts: the
+    quick compiler only, unless ``user_options`` choose the compilers.
+
+    Example (a user who wants the optimizing compiler back passes
+    ``--spark_conf spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=4``)::
+
+        _local_driver_java_options("-Xss4m")                  # '-Xss4m -XX:TieredStopAtLevel=1'
+        _local_driver_java_options("-XX:TieredStopAtLevel=4")  # '-XX:TieredStopAtLevel=4'
+    """
+    if "Tiered" in user_options:  # TieredStopAtLevel, -TieredCompilation: theirs win
+        return user_options
+    return f"{user_options} {_QUICK_COMPILER}".strip()
+
+
 def get_or_create_session(options: SparkRunnerOptions, app_name: str,
                           derived_conf: dict[str, str] | None = None):
     """The active SparkSession if there is one (spark-submit, notebooks, tests),
@@ -117,6 +139,9 @@ def get_or_create_session(options: SparkRunnerOptions, app_name: str,
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     conf.update(derived_conf or {})
     conf.update(parse_spark_conf(options.spark_conf))
+    if options.spark_master.startswith("local"):
+        conf["spark.driver.extraJavaOptions"] = _local_driver_java_options(
+            conf.get("spark.driver.extraJavaOptions", ""))
     if java_major:
         user_java_options = conf.get("spark.driver.extraJavaOptions", "")
         class_cache = driver_java_options(java, java_major, java_version, user_java_options)
