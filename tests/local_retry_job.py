@@ -2,9 +2,9 @@
 
 A separate process: the runner must start Spark itself, with its default
 master, which the test session's ``local[2]`` would otherwise shadow.
-Prints one JSON line: the master and recommended settings of the session
-the runner started and its driver's Java options, the first pipeline's output, the second pipeline's
-error and how many times its failing element was tried.
+Prints one JSON line: the master, recommended settings and driver Java
+options of the session the runner started, the first pipeline's output, the
+second pipeline's error and how many times its failing element was tried.
 """
 import glob
 import json

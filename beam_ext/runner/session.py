@@ -17,8 +17,8 @@ _LOG = logging.getLogger(__name__)
 # the Python workers, which do a pipeline's work; its own work is scheduling
 # jobs and moving shuffle blobs. The optimizing compiler (C2) spent more of
 # the cores than it saved: with the quick one alone the demo's pipeline took
-# 11.8 s instead of 15.3 s, a streaming pipeline 10% less, and 2M-10M element
-# batch pipelines the same (docs/benchmarks/runner.md).
+# 10.8-12.8 s instead of 14.4-15.4 s, a streaming pipeline about 10% less,
+# and batch pipelines of 2M-10M elements the same (docs/benchmarks/runner.md).
 _QUICK_COMPILER = "-XX:TieredStopAtLevel=1"
 
 
