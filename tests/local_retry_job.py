@@ -4,24 +4,30 @@ A separate process: the runner must start Spark itself, with its default
 master, which the test session's ``local[2]`` would otherwise shadow.
 Prints one JSON line: the master, recommended settings and driver Java
 options of the session the runner started, the first pipeline's output, the
-second pipeline's error and how many times its failing element was tried.
+second pipeline's error, how many times its failing element was tried, the
+processes the first pipeline's Python workers forked from, the warm daemon
+the runner started, and whether that daemon ended when the session stopped.
 """
 import glob
 import json
 import os
 import signal
+import subprocess
 import sys
 
 import apache_beam as beam
 
-from beam_ext.runner import PipelineError, SparkRunner, recommended_spark_conf
+from beam_ext.runner import PipelineError, SparkRunner, recommended_spark_conf, session
 from beam_ext.runner.session import active_session
 
 
 def main(work_dir: str) -> None:
     marker = os.path.join(work_dir, "killed-once")
+    parents = os.path.join(work_dir, "parents")
 
     def die_once(x):
+        with open(parents, "a") as f:
+            f.write(f"{os.getppid()}\n")
         # The first attempt's Python worker dies as the kernel's OOM killer
         # would kill it; Spark's retry must then give the exact result.
         if x == 3 and not os.path.exists(marker):
@@ -53,12 +59,20 @@ def main(work_dir: str) -> None:
         with open(path) as f:
             written += [int(line) for line in f]
     conf = active_session().sparkContext.getConf()
-    print(json.dumps({"master": active_session().sparkContext.master,
-                      "settings": {key: conf.get(key, None) for key in recommended_spark_conf()},
-                      "java_options": conf.get("spark.driver.extraJavaOptions", ""),
-                      "killed": os.path.exists(marker),
-                      "written": sorted(written), "error": error,
-                      "attempts": len(open(attempts).readlines())}))
+    report = {"master": active_session().sparkContext.master,
+              "settings": {key: conf.get(key, None) for key in recommended_spark_conf()},
+              "java_options": conf.get("spark.driver.extraJavaOptions", ""),
+              "killed": os.path.exists(marker),
+              "written": sorted(written), "error": error,
+              "attempts": len(open(attempts).readlines()),
+              "worker_parents": sorted({int(line) for line in open(parents)}),
+              "warm_daemon": session._warm_daemon.pid}
+    active_session().stop()  # Spark stops its daemon: the warm one must end with it
+    try:
+        report["warm_daemon_exit"] = session._warm_daemon.process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        report["warm_daemon_exit"] = "still running"
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

@@ -92,6 +92,10 @@ def test_default_local_master_retries_a_dead_worker_not_forever_a_user_error(tmp
     assert report["master"] == "local[*,4]"
     assert report["settings"] == recommended_spark_conf()  # a session the runner starts has them
     assert "-XX:TieredStopAtLevel=1" in report["java_options"].split()  # local: the quick compiler
+    # Workers fork from the warm daemon the runner started beside the JVM,
+    # also after one was killed, and Spark's stop ends it.
+    assert report["worker_parents"] == [report["warm_daemon"]]
+    assert report["warm_daemon_exit"] != "still running"
     assert report["killed"] and report["written"] == list(range(10))  # exact after a retry
     error = report["error"]
     assert error.startswith("Beam step 'FailOnThree' failed on Spark:")

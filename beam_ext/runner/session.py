@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 
+from beam_ext import _spark_daemon
 from beam_ext.errors import BeamExtError
 from beam_ext.runner._jvm_class_cache import driver_java_options
 from beam_ext.runner.options import SparkRunnerOptions, parse_spark_conf
@@ -20,6 +21,11 @@ _LOG = logging.getLogger(__name__)
 # 10.8-12.8 s instead of 14.4-15.4 s, a streaming pipeline about 10% less,
 # and batch pipelines of 2M-10M elements the same (docs/benchmarks/runner.md).
 _QUICK_COMPILER = "-XX:TieredStopAtLevel=1"
+
+
+_DAEMON_MODULE = "beam_ext._spark_daemon"
+# The warm daemon of the last local session this process started.
+_warm_daemon: _spark_daemon.WarmDaemon | None = None
 
 
 class SparkUnavailableError(BeamExtError, RuntimeError):
@@ -86,7 +92,7 @@ def recommended_spark_conf() -> dict[str, str]:
         conf["spark.python.unix.domain.socket.enabled"] = "true"
     # Workers forked by this daemon start with Beam and the runner's task
     # code imported, instead of importing them on their first task.
-    conf["spark.python.daemon.module"] = "beam_ext.runner.worker._daemon"
+    conf["spark.python.daemon.module"] = _DAEMON_MODULE
     return conf
 
 
@@ -112,6 +118,31 @@ def _local_driver_java_options(user_options: str = "") -> str:
     if "Tiered" in user_options:  # TieredStopAtLevel, -TieredCompilation: theirs win
         return user_options
     return f"{user_options} {_QUICK_COMPILER}".strip()
+
+
+def _start_warm_daemon(conf: dict[str, str]) -> None:
+    """Starts a warm Python worker daemon beside a local session's JVM and
+    names it in ``conf``, when Spark's daemon would run this interpreter
+    with SparkRunner's daemon module.
+
+    The JVM takes about 4 s to start and the daemon about 2.5 s to import
+    Beam and the runner, both on the first job's path; done side by side,
+    the first Python task finds the imports done (``beam_ext._spark_daemon``).
+    """
+    global _warm_daemon
+    if (conf.get("spark.python.daemon.module") != _DAEMON_MODULE
+            or conf.get("spark.python.use.daemon", "true").lower() != "true"
+            or f"spark.executorEnv.{_spark_daemon.WARM_DAEMON_ENV}" in conf):
+        return
+    worker_python = shutil.which(os.environ.get("PYSPARK_PYTHON", "python3"))
+    if not worker_python or os.path.abspath(worker_python) != sys.executable:
+        return
+    if _warm_daemon is not None:
+        _warm_daemon.stop()
+    _warm_daemon = _spark_daemon.start_warm(
+        hash_seed=os.environ.get("PYTHONHASHSEED", "0"),  # as PySpark's SparkContext sets it
+        native_threads=conf.get("spark.executorEnv.OMP_NUM_THREADS", conf.get("spark.task.cpus", "1")))
+    conf[f"spark.executorEnv.{_spark_daemon.WARM_DAEMON_ENV}"] = _warm_daemon.path
 
 
 def get_or_create_session(options: SparkRunnerOptions, app_name: str,
@@ -147,12 +178,16 @@ def get_or_create_session(options: SparkRunnerOptions, app_name: str,
         class_cache = driver_java_options(java, java_major, java_version, user_java_options)
         if class_cache:
             conf["spark.driver.extraJavaOptions"] = f"{user_java_options} {class_cache}".strip()
+    if options.spark_master.startswith("local"):
+        _start_warm_daemon(conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
     _LOG.info("Starting Spark (master %s)", options.spark_master)
     try:
         session = builder.getOrCreate()
     except Exception as exc:  # py4j and JVM errors carry no hint of the cause
+        if _warm_daemon is not None:
+            _warm_daemon.stop()
         raise SparkUnavailableError(
             f"could not start Spark with master {options.spark_master!r}: {exc}") from exc
     return session

@@ -12,9 +12,10 @@ new workers whenever a task finds the earlier ones busy or not yet released
 This daemon imports that code once, freezes what it imported out of the
 collector's sight (so forked workers share those pages instead of copying
 them when a collection touches them) and tunes the collector as a worker's,
-then runs PySpark's own daemon loop. ``recommended_spark_conf`` sets it as
-``spark.python.daemon.module``; it needs ``beam_ext`` importable by the
-executors' Python at start, as an installed package is.
+then runs PySpark's own daemon loop. ``recommended_spark_conf`` sets
+``beam_ext._spark_daemon`` as ``spark.python.daemon.module``, which runs
+this or hands over to a daemon that already did it; it needs ``beam_ext``
+importable by the executors' Python at start, as an installed package is.
 
 Importing before the fork is safe for these modules: the only threads they
 start are jemalloc's background thread (pyarrow), whose allocator re-arms it
@@ -65,15 +66,21 @@ def preload(modules: tuple[str, ...] = PRELOADED) -> bool:
     return True
 
 
-def _main() -> None:
+def prepare() -> None:
+    """Readies this process for forking workers: the imports, then the collector."""
     if preload():
         from beam_ext.runner.worker._gc import tune_forked_workers_gc
 
         tune_forked_workers_gc()
+
+
+def run() -> None:
+    """The daemon: :func:`prepare`, then PySpark's daemon loop."""
+    prepare()
     from pyspark.daemon import manager
 
     manager()
 
 
 if __name__ == "__main__":
-    _main()
+    run()
