@@ -80,12 +80,20 @@ def start_warm(hash_seed: str, native_threads: str) -> WarmDaemon:
     closes, so one nobody took over dies with the driver.
     """
     path = os.path.join(tempfile.mkdtemp(prefix="beam_ext-daemon-"), "warm.sock")
+    # Bound here, before the process starts: a daemon Spark launches at any
+    # time after this returns finds the socket, and waits for the imports.
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
     env = dict(os.environ, PYTHONHASHSEED=hash_seed, OMP_NUM_THREADS=native_threads,
                PYTHONUNBUFFERED="YES")  # as Spark launches its daemon
-    process = subprocess.Popen(
-        [sys.executable, "-m", __name__, "--serve", path], env=env,
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-        process_group=0)  # as PySpark's daemon makes itself: terminal signals are not its
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", __name__, "--serve", path, str(listener.fileno())], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=[listener.fileno()],
+            process_group=0)  # as PySpark's daemon makes itself: terminal signals are not its
+    finally:
+        listener.close()
     return WarmDaemon(process, path)
 
 
@@ -130,11 +138,9 @@ def _received(sock: socket.socket, size: int) -> bytes:
     return chunk
 
 
-def serve(path: str) -> None:
+def serve(path: str, listener_fd: int) -> None:
     """The warm daemon: imports, then waits for Spark's daemon and becomes it."""
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)  # first: a daemon Spark launches meanwhile waits for the imports
-    listener.listen(1)
+    listener = socket.socket(fileno=listener_fd)
     from beam_ext.runner.worker._daemon import prepare
 
     prepare()
@@ -212,8 +218,8 @@ def hand_over(path: str) -> int:
 
 def main() -> None:
     """Spark's daemon module: takes over a warm daemon, or runs SparkRunner's."""
-    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
-        serve(sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "--serve":
+        serve(sys.argv[2], int(sys.argv[3]))
         return
     path = os.environ.get(WARM_DAEMON_ENV)
     if path and hand_over(path):
