@@ -186,11 +186,14 @@ def hand_over(path: str) -> int:
     ``path``; returns its pid once it has exited, or 0 if there is none or it
     refused."""
     warm_pid = 0
+    stopping = False
 
     def stop(signum, frame):  # Spark stops its daemon with SIGTERM
+        nonlocal stopping
         if warm_pid:
             os.kill(warm_pid, signal.SIGTERM)
-        os._exit(0)
+            os._exit(0)
+        stopping = True  # the warm daemon's pid is still on its way: stopped once it comes
 
     signal.signal(signal.SIGTERM, stop)
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -204,6 +207,8 @@ def hand_over(path: str) -> int:
     except (OSError, EOFError, ValueError):
         reply = {}
     if "pid" not in reply:
+        if stopping:
+            os._exit(0)
         if reply:
             sys.stderr.write(f"beam_ext: the warm Python worker daemon refused the hand-over "
                              f"({reply.get('refused')}); this one imports the runner's code itself\n")
@@ -211,6 +216,8 @@ def hand_over(path: str) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         return 0
     warm_pid = reply["pid"]
+    if stopping:
+        stop(signal.SIGTERM, None)
     while connection.recv(1 << 12):  # until the warm daemon exits
         pass
     return warm_pid

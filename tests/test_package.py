@@ -72,6 +72,13 @@ def test_importing_the_package_loads_no_engine():
         assert not _loaded(modules, heavy), f"import beam_ext loaded {heavy}"
 
 
+def test_sparks_daemon_module_imports_no_engine():
+    # Spark launches it to hand over to a warm daemon that did the imports.
+    modules = _modules_loaded_by("import beam_ext._spark_daemon")
+    for heavy in ("pyspark", "pyarrow", "numpy", "apache_beam", "beam_ext.runner"):
+        assert not _loaded(modules, heavy), f"import beam_ext._spark_daemon loaded {heavy}"
+
+
 def test_transforms_import_neither_spark_nor_the_runner():
     modules = _modules_loaded_by(
         "import beam_ext.transforms, beam_ext.transforms.sliding, beam_ext.transforms.lateness, "
