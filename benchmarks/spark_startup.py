@@ -1,13 +1,21 @@
-"""Spark start-up as SparkRunner does it, with and without the driver JVM's class archive.
+"""Spark start-up as SparkRunner does it: with and without the driver JVM's
+class archive, or with and without a warm Python worker daemon.
 
 Each run is a fresh Python process that calls the runner's
 ``get_or_create_session`` (local[2]) and runs one tiny Python job, timed
-from before the call to the job's end. Runs alternate between
-``BEAM_EXT_JVM_CACHE=off`` and a cache directory whose archive the first
-(untimed) start wrote. Prints medians and writes
-``docs/benchmarks/spark_startup.md``.
+from before the call to the job's end; the settings compared alternate.
 
-    python benchmarks/spark_startup.py [--runs 5]
+- ``--compare archive`` (the default): ``BEAM_EXT_JVM_CACHE=off`` against a
+  cache directory whose archive the first (untimed) start wrote. Writes
+  ``docs/benchmarks/spark_startup.md``.
+- ``--compare daemon``: the runner's session as it starts (a warm daemon
+  that imports Beam and the runner while the JVM starts), against its
+  daemon module before that (``beam_ext.runner.worker._daemon``, which
+  imports them when Spark launches it), and PySpark's own daemon (imports
+  nothing; secondary: tasks then import the runner's code themselves).
+  Writes ``docs/benchmarks/spark_startup_daemon.md`` and its plot.
+
+    python benchmarks/spark_startup.py [--runs 5] [--compare daemon]
 """
 from __future__ import annotations
 
@@ -27,22 +35,31 @@ start = time.perf_counter()
 from apache_beam.options.pipeline_options import PipelineOptions
 from beam_ext.runner import SparkRunnerOptions
 from beam_ext.runner.session import get_or_create_session
-options = PipelineOptions(["--spark_master=local[2]", "--spark_conf=spark.ui.showConsoleProgress=false"])
+options = PipelineOptions(["--spark_master=local[2]", "--spark_conf=spark.ui.showConsoleProgress=false",
+                           *[f"--spark_conf={kv}" for kv in sys.argv[1:]]])
 session = get_or_create_session(options.view_as(SparkRunnerOptions), "startup")
 started = time.perf_counter()
 session.sparkContext.parallelize([1, 2], 2).map(lambda x: x).collect()
 done = time.perf_counter()
-print(json.dumps({"session": started - start, "first_job": done - started, "total": done - start}))
+def jvm_cpu():  # the driver JVM's CPU seconds so far, from /proc
+    pid = session.sparkContext._gateway.proc.pid
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+print(json.dumps({"session": started - start, "first_job": done - started, "total": done - start,
+                  "jvm_cpu": jvm_cpu()}))
 """
 
 CHECKOUT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
-def _start(cache: str) -> dict:
-    env = dict(os.environ, BEAM_EXT_JVM_CACHE=cache, PYSPARK_PYTHON=sys.executable,
+def _start(cache: str | None, *conf: str) -> dict:
+    """One fresh start; ``cache``: ``BEAM_EXT_JVM_CACHE`` (None: as the user has it)."""
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                PYTHONPATH=os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")]))
+    if cache is not None:
+        env["BEAM_EXT_JVM_CACHE"] = cache
     # From a scratch directory: Spark's Python workers put their working directory first on sys.path.
-    done = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", _CHILD, *conf], env=env, capture_output=True, text=True,
                           cwd=tempfile.gettempdir(), timeout=300)
     if done.returncode:
         raise RuntimeError(done.stderr[-2000:])
@@ -53,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", default=os.path.join(CHECKOUT, "docs", "benchmarks"))
+    parser.add_argument("--compare", choices=("archive", "daemon"), default="archive")
     args = parser.parse_args(argv)
+    if args.compare == "daemon":
+        return _compare_daemons(args.runs, args.out)
     cache = tempfile.mkdtemp(prefix="beam_ext_jvm_")
     _start(cache)  # writes the archive as the JVM exits
     time.sleep(25)  # a candidate is checked once it is 20 s old
@@ -86,6 +106,73 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(args.out, "spark_startup.md"), "w") as f:
         f.write("\n".join(lines))
     return 0
+
+
+# Label -> the daemon module a session runs, as --spark_conf entries.
+_DAEMONS = {
+    "warm daemon (SparkRunner's session)": (),
+    "runner's daemon, imports when Spark launches it": (
+        "spark.python.daemon.module=beam_ext.runner.worker._daemon",),
+    "PySpark's daemon (secondary)": ("spark.python.daemon.module=pyspark.daemon",),
+}
+
+
+def _compare_daemons(runs: int, out: str) -> int:
+    _start(None)  # the class archive is in place, as after any first start
+    rows: dict[str, list[dict]] = {label: [] for label in _DAEMONS}
+    for run in range(runs):
+        for label, conf in _DAEMONS.items():
+            rows[label].append(_start(None, *conf))
+            print(f"run {run + 1}/{runs} {label}: session {rows[label][-1]['session']:.2f} s, "
+                  f"first job {rows[label][-1]['first_job']:.2f} s", flush=True)
+    medians = {label: {k: statistics.median(r[k] for r in results)
+                       for k in ("session", "first_job", "total", "jvm_cpu")}
+               for label, results in rows.items()}
+    base = medians["runner's daemon, imports when Spark launches it"]["total"]
+    lines = ["# Spark start-up: the Python worker daemon, warm or not", "",
+             f"Reproduce: `python benchmarks/spark_startup.py --compare daemon --runs {runs}`", "",
+             f"Machine: {os.cpu_count()} cores. A fresh process per run calls SparkRunner's "
+             "`get_or_create_session` (local[2]) and runs one tiny Python job; the three settings "
+             f"alternate. Median of {runs} runs each; every run in the last column.", "",
+             "| daemon | session start s | first Python job s | total s | vs the runner's daemon "
+             "| driver JVM's CPU s | runs (total s) |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for label, med in medians.items():
+        each = ", ".join(f"{r['total']:.2f}" for r in rows[label])
+        lines.append(f"| {label} | {med['session']:.2f} | {med['first_job']:.2f} | {med['total']:.2f} "
+                     f"| {base / med['total']:.2f}x | {med['jvm_cpu']:.2f} | {each} |")
+        print(f"{label}: session {med['session']:.2f} s, first job {med['first_job']:.2f} s, "
+              f"total {med['total']:.2f} s ({base / med['total']:.2f}x)")
+    lines += ["", "The warm daemon imports while the JVM starts, so the session's start takes "
+              "longer on 2 cores (both are busy: the JVM alone uses more than a core's worth of CPU "
+              "by the end of the first job) and the first job finds the imports done. PySpark's "
+              "own daemon imports nothing: its first job is quick, and each task then imports the "
+              "runner's code itself on its first task.", "", "![start-up](spark_startup_daemon.png)", ""]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "spark_startup_daemon.md"), "w") as f:
+        f.write("\n".join(lines))
+    _plot(medians, os.path.join(out, "spark_startup_daemon.png"))
+    return 0
+
+
+def _plot(medians: dict[str, dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(medians)
+    session = [medians[label]["session"] for label in labels]
+    first_job = [medians[label]["first_job"] for label in labels]
+    fig, ax = plt.subplots(figsize=(8, 3.4))
+    ax.barh(labels, session, label="session start")
+    ax.barh(labels, first_job, left=session, label="first Python job")
+    ax.set_xlabel("seconds (median)")
+    ax.invert_yaxis()
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
