@@ -10,10 +10,12 @@ on a 2-core machine, paid on the driver before any Spark work.
 The second inference here gives Beam's answer from one value per *shape*.
 A value whose type is not a tuple, list, set, frozenset, dict, ``beam.Row``
 or Beam's bound method is typed as its own class by ``instance_to_type``; a
-tuple of such values is typed from its items' classes only. Values of one
-shape therefore get the same hint, and ``Union`` of the distinct hints is
-the ``Union`` of all of them (it merges into a set). A ``Create`` holding
-any other value (a list, a dict, rows) is inferred by Beam as before.
+tuple is typed from its items' hints in order; a list, set or frozenset from
+the ``Union`` of its items' hints, a dict from those of its keys and of its
+values, so from the *sets* of their shapes (``Union`` merges into a set). Values
+of one shape therefore get the same hint, and ``Union`` of the distinct
+hints is the ``Union`` of all of them. A ``Create`` holding rows or bound
+methods anywhere is inferred by Beam as before.
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ from apache_beam.typehints import trivial_inference, typehints
 
 # Types instance_to_type does not map to themselves: containers, rows, bound methods.
 _NOT_OWN_TYPE = (list, set, frozenset, dict, pvalue.Row, trivial_inference.BoundMethod)
+# Containers whose hint is the Union of their items' hints: a function of
+# the set of their items' shapes, as a dict's is of its keys' and values'.
+_ITEMS_UNIONED = (list, set, frozenset)
 
 
 def _shape(value: Any) -> Any:
@@ -33,6 +38,16 @@ def _shape(value: Any) -> Any:
     if kind is tuple:
         items = tuple(map(_shape, value))
         return None if None in items else items
+    if kind is dict:
+        if not value:
+            return dict
+        keys, values = frozenset(map(_shape, value)), frozenset(map(_shape, value.values()))
+        return None if None in keys or None in values else (dict, keys, values)
+    if kind in _ITEMS_UNIONED:
+        if not value:
+            return kind
+        items = frozenset(map(_shape, value))
+        return None if None in items else (kind, items)
     return None if kind in _NOT_OWN_TYPE else kind
 
 
