@@ -35,18 +35,25 @@ start = time.perf_counter()
 from apache_beam.options.pipeline_options import PipelineOptions
 from beam_ext.runner import SparkRunnerOptions
 from beam_ext.runner.session import get_or_create_session
+from pyspark.sql import SparkSession
+parts = {"sql_session": 0.0, "sql_session_jvm_cpu": 0.0}
+def jvm_cpu(context):  # the driver JVM's CPU seconds so far, from /proc
+    fields = open(f"/proc/{context._gateway.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+build_sql_session = SparkSession.__init__
+def timed_sql_session(self, context, *args, **kwargs):  # the JVM's SparkSession, after its SparkContext
+    began, began_cpu = time.perf_counter(), jvm_cpu(context)
+    build_sql_session(self, context, *args, **kwargs)
+    parts.update(sql_session=time.perf_counter() - began, sql_session_jvm_cpu=jvm_cpu(context) - began_cpu)
+SparkSession.__init__ = timed_sql_session
 options = PipelineOptions(["--spark_master=local[2]", "--spark_conf=spark.ui.showConsoleProgress=false",
                            *[f"--spark_conf={kv}" for kv in sys.argv[1:]]])
 session = get_or_create_session(options.view_as(SparkRunnerOptions), "startup")
 started = time.perf_counter()
 session.sparkContext.parallelize([1, 2], 2).map(lambda x: x).collect()
 done = time.perf_counter()
-def jvm_cpu():  # the driver JVM's CPU seconds so far, from /proc
-    pid = session.sparkContext._gateway.proc.pid
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 print(json.dumps({"session": started - start, "first_job": done - started, "total": done - start,
-                  "jvm_cpu": jvm_cpu()}))
+                  "jvm_cpu": jvm_cpu(session.sparkContext), **parts}))
 """
 
 CHECKOUT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -126,7 +133,8 @@ def _compare_daemons(runs: int, out: str) -> int:
             print(f"run {run + 1}/{runs} {label}: session {rows[label][-1]['session']:.2f} s, "
                   f"first job {rows[label][-1]['first_job']:.2f} s", flush=True)
     medians = {label: {k: statistics.median(r[k] for r in results)
-                       for k in ("session", "first_job", "total", "jvm_cpu")}
+                       for k in ("session", "first_job", "total", "jvm_cpu", "sql_session",
+                                 "sql_session_jvm_cpu")}
                for label, results in rows.items()}
     base = medians["runner's daemon, imports when Spark launches it"]["total"]
     lines = ["# Spark start-up: the Python worker daemon, warm or not", "",
@@ -134,18 +142,21 @@ def _compare_daemons(runs: int, out: str) -> int:
              f"Machine: {os.cpu_count()} cores. A fresh process per run calls SparkRunner's "
              "`get_or_create_session` (local[2]) and runs one tiny Python job; the three settings "
              f"alternate. Median of {runs} runs each; every run in the last column.", "",
-             "| daemon | session start s | first Python job s | total s | vs the runner's daemon "
-             "| driver JVM's CPU s | runs (total s) |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             "| daemon | session start s | of which the JVM's SparkSession s (its CPU s) "
+             "| first Python job s | total s | vs the runner's daemon | driver JVM's CPU s | runs (total s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for label, med in medians.items():
         each = ", ".join(f"{r['total']:.2f}" for r in rows[label])
-        lines.append(f"| {label} | {med['session']:.2f} | {med['first_job']:.2f} | {med['total']:.2f} "
+        lines.append(f"| {label} | {med['session']:.2f} | {med['sql_session']:.2f} "
+                     f"({med['sql_session_jvm_cpu']:.2f}) | {med['first_job']:.2f} | {med['total']:.2f} "
                      f"| {base / med['total']:.2f}x | {med['jvm_cpu']:.2f} | {each} |")
         print(f"{label}: session {med['session']:.2f} s, first job {med['first_job']:.2f} s, "
               f"total {med['total']:.2f} s ({base / med['total']:.2f}x)")
     lines += ["", "The warm daemon imports while the JVM starts, so the session's start takes "
               "longer on 2 cores (both are busy: the JVM alone uses more than a core's worth of CPU "
-              "by the end of the first job) and the first job finds the imports done. PySpark's "
+              "by the end of the first job) and the first job finds the imports done. The JVM's "
+              "`SparkSession` (Spark SQL's entry point, built after the `SparkContext`) is part of every "
+              "start; SparkRunner's executors use only the `SparkContext`. PySpark's "
               "own daemon imports nothing: its first job is quick, and each task then imports the "
               "runner's code itself on its first task.", "", "![start-up](spark_startup_daemon.png)", ""]
     os.makedirs(out, exist_ok=True)
