@@ -165,12 +165,13 @@ def get_or_create_session(options: SparkRunnerOptions, app_name: str,
         options.spark_app_name or app_name)
     conf = {"spark.ui.showConsoleProgress": "true",
             "spark.sql.execution.arrow.pyspark.enabled": "true", **recommended_spark_conf()}
-    if options.spark_master.startswith("local"):
+    local = options.spark_master.startswith("local")
+    if local:
         # Everything is in this process: listen on loopback only.
         conf.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     conf.update(derived_conf or {})
     conf.update(parse_spark_conf(options.spark_conf))
-    if options.spark_master.startswith("local"):
+    if local:
         conf["spark.driver.extraJavaOptions"] = _local_driver_java_options(
             conf.get("spark.driver.extraJavaOptions", ""))
     if java_major:
@@ -178,7 +179,7 @@ def get_or_create_session(options: SparkRunnerOptions, app_name: str,
         class_cache = driver_java_options(java, java_major, java_version, user_java_options)
         if class_cache:
             conf["spark.driver.extraJavaOptions"] = f"{user_java_options} {class_cache}".strip()
-    if options.spark_master.startswith("local"):
+    if local:
         _start_warm_daemon(conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
