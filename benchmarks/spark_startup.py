@@ -1,8 +1,9 @@
 """Spark start-up as SparkRunner does it: with and without the driver JVM's
-class archive, or with and without a warm Python worker daemon.
+class archive, with and without a warm Python worker daemon, or with and
+without Spark SQL's ``SparkSession`` on top of the ``SparkContext``.
 
 Each run is a fresh Python process that calls the runner's
-``get_or_create_session`` (local[2]) and runs one tiny Python job, timed
+``get_or_create_context`` (local[2]) and runs one tiny Python job, timed
 from before the call to the job's end; the settings compared alternate.
 
 - ``--compare archive`` (the default): ``BEAM_EXT_JVM_CACHE=off`` against a
@@ -14,8 +15,12 @@ from before the call to the job's end; the settings compared alternate.
   imports them when Spark launches it), and PySpark's own daemon (imports
   nothing; secondary: tasks then import the runner's code themselves).
   Writes ``docs/benchmarks/spark_startup_daemon.md`` and its plot.
+- ``--compare context``: the runner's bare ``SparkContext`` against the
+  same context with a ``SparkSession`` built on it at once, as the runner
+  started Spark before 2026-11-28 (``SparkSession.builder.getOrCreate()``).
+  Writes ``docs/benchmarks/spark_startup_context.md`` and its plot.
 
-    python benchmarks/spark_startup.py [--runs 5] [--compare daemon]
+    python benchmarks/spark_startup.py [--runs 5] [--compare daemon|context]
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ import json, os, sys, time
 start = time.perf_counter()
 from apache_beam.options.pipeline_options import PipelineOptions
 from beam_ext.runner import SparkRunnerOptions
-from beam_ext.runner.session import get_or_create_session
+from beam_ext.runner.session import get_or_create_context
 from pyspark.sql import SparkSession
 parts = {"sql_session": 0.0, "sql_session_jvm_cpu": 0.0}
 def jvm_cpu(context):  # the driver JVM's CPU seconds so far, from /proc
@@ -48,23 +53,28 @@ def timed_sql_session(self, context, *args, **kwargs):  # the JVM's SparkSession
 SparkSession.__init__ = timed_sql_session
 options = PipelineOptions(["--spark_master=local[2]", "--spark_conf=spark.ui.showConsoleProgress=false",
                            *[f"--spark_conf={kv}" for kv in sys.argv[1:]]])
-session = get_or_create_session(options.view_as(SparkRunnerOptions), "startup")
+context = get_or_create_context(options.view_as(SparkRunnerOptions), "startup")
+if os.environ.get("BEAM_EXT_BENCH_SQL_SESSION"):
+    SparkSession.builder.getOrCreate()
 started = time.perf_counter()
-session.sparkContext.parallelize([1, 2], 2).map(lambda x: x).collect()
+context.parallelize([1, 2], 2).map(lambda x: x).collect()
 done = time.perf_counter()
 print(json.dumps({"session": started - start, "first_job": done - started, "total": done - start,
-                  "jvm_cpu": jvm_cpu(session.sparkContext), **parts}))
+                  "jvm_cpu": jvm_cpu(context), **parts}))
 """
 
 CHECKOUT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
-def _start(cache: str | None, *conf: str) -> dict:
-    """One fresh start; ``cache``: ``BEAM_EXT_JVM_CACHE`` (None: as the user has it)."""
+def _start(cache: str | None, *conf: str, sql_session: bool = False) -> dict:
+    """One fresh start; ``cache``: ``BEAM_EXT_JVM_CACHE`` (None: as the user has it);
+    ``sql_session``: build a SparkSession on the context before the job."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable,
                PYTHONPATH=os.pathsep.join([CHECKOUT, os.environ.get("PYTHONPATH", "")]))
     if cache is not None:
         env["BEAM_EXT_JVM_CACHE"] = cache
+    if sql_session:
+        env["BEAM_EXT_BENCH_SQL_SESSION"] = "1"
     # From a scratch directory: Spark's Python workers put their working directory first on sys.path.
     done = subprocess.run([sys.executable, "-c", _CHILD, *conf], env=env, capture_output=True, text=True,
                           cwd=tempfile.gettempdir(), timeout=300)
@@ -77,10 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", default=os.path.join(CHECKOUT, "docs", "benchmarks"))
-    parser.add_argument("--compare", choices=("archive", "daemon"), default="archive")
+    parser.add_argument("--compare", choices=("archive", "daemon", "context"), default="archive")
     args = parser.parse_args(argv)
     if args.compare == "daemon":
         return _compare_daemons(args.runs, args.out)
+    if args.compare == "context":
+        return _compare_contexts(args.runs, args.out)
     cache = tempfile.mkdtemp(prefix="beam_ext_jvm_")
     _start(cache)  # writes the archive as the JVM exits
     time.sleep(25)  # a candidate is checked once it is 20 s old
@@ -95,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# Spark start-up, with and without the driver JVM's class archive", "",
              f"Reproduce: `python benchmarks/spark_startup.py --runs {args.runs}`", "",
              f"Machine: {os.cpu_count()} cores. A fresh process per run calls SparkRunner's "
-             "`get_or_create_session` (local[2]) and runs one tiny Python job; the two settings alternate. "
+             "`get_or_create_context` (local[2]) and runs one tiny Python job; the two settings alternate. "
              f"Median of {args.runs} runs each.", "",
              "| driver JVM | session start s | first Python job s | total s |", "|---|---:|---:|---:|"]
     medians = {}
@@ -140,29 +152,71 @@ def _compare_daemons(runs: int, out: str) -> int:
     lines = ["# Spark start-up: the Python worker daemon, warm or not", "",
              f"Reproduce: `python benchmarks/spark_startup.py --compare daemon --runs {runs}`", "",
              f"Machine: {os.cpu_count()} cores. A fresh process per run calls SparkRunner's "
-             "`get_or_create_session` (local[2]) and runs one tiny Python job; the three settings "
+             "`get_or_create_context` (local[2]) and runs one tiny Python job; the three settings "
              f"alternate. Median of {runs} runs each; every run in the last column.", "",
-             "| daemon | session start s | of which the JVM's SparkSession s (its CPU s) "
-             "| first Python job s | total s | vs the runner's daemon | driver JVM's CPU s | runs (total s) |",
-             "|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| daemon | session start s | first Python job s | total s | vs the runner's daemon "
+             "| driver JVM's CPU s | runs (total s) |",
+             "|---|---:|---:|---:|---:|---:|---|"]
     for label, med in medians.items():
         each = ", ".join(f"{r['total']:.2f}" for r in rows[label])
-        lines.append(f"| {label} | {med['session']:.2f} | {med['sql_session']:.2f} "
-                     f"({med['sql_session_jvm_cpu']:.2f}) | {med['first_job']:.2f} | {med['total']:.2f} "
+        lines.append(f"| {label} | {med['session']:.2f} | {med['first_job']:.2f} | {med['total']:.2f} "
                      f"| {base / med['total']:.2f}x | {med['jvm_cpu']:.2f} | {each} |")
         print(f"{label}: session {med['session']:.2f} s, first job {med['first_job']:.2f} s, "
               f"total {med['total']:.2f} s ({base / med['total']:.2f}x)")
     lines += ["", "The warm daemon imports while the JVM starts, so the session's start takes "
               "longer on 2 cores (both are busy: the JVM alone uses more than a core's worth of CPU "
-              "by the end of the first job) and the first job finds the imports done. The JVM's "
-              "`SparkSession` (Spark SQL's entry point, built after the `SparkContext`) is part of every "
-              "start; SparkRunner's executors use only the `SparkContext`. PySpark's "
+              "by the end of the first job) and the first job finds the imports done. PySpark's "
               "own daemon imports nothing: its first job is quick, and each task then imports the "
               "runner's code itself on its first task.", "", "![start-up](spark_startup_daemon.png)", ""]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "spark_startup_daemon.md"), "w") as f:
         f.write("\n".join(lines))
     _plot(medians, os.path.join(out, "spark_startup_daemon.png"))
+    return 0
+
+
+_CONTEXTS = {
+    "SparkContext alone (SparkRunner's start)": False,
+    "SparkContext, then a SparkSession on it (before)": True,
+}
+
+
+def _compare_contexts(runs: int, out: str) -> int:
+    _start(None)  # the class archive is in place, as after any first start
+    rows: dict[str, list[dict]] = {label: [] for label in _CONTEXTS}
+    for run in range(runs):
+        for label, sql_session in _CONTEXTS.items():
+            rows[label].append(_start(None, sql_session=sql_session))
+            print(f"run {run + 1}/{runs} {label}: total {rows[label][-1]['total']:.2f} s", flush=True)
+    medians = {label: {k: statistics.median(r[k] for r in results)
+                       for k in ("session", "first_job", "total", "jvm_cpu", "sql_session",
+                                 "sql_session_jvm_cpu")}
+               for label, results in rows.items()}
+    base = medians["SparkContext, then a SparkSession on it (before)"]["total"]
+    lines = ["# Spark start-up: a bare SparkContext, or a SparkSession on it", "",
+             f"Reproduce: `python benchmarks/spark_startup.py --compare context --runs {runs}`", "",
+             f"Machine: {os.cpu_count()} cores. A fresh process per run calls SparkRunner's "
+             "`get_or_create_context` (local[2], warm daemon) and runs one tiny Python job; in the second "
+             "row it builds a `SparkSession` on the context first, as the runner's start did before "
+             f"2026-11-28. The two alternate. Median of {runs} runs each; every run in the last column.", "",
+             "| start | Spark start s | of which the SparkSession s (the JVM's CPU s) | first Python job s "
+             "| total s | vs before | driver JVM's CPU s | runs (total s) |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for label, med in medians.items():
+        each = ", ".join(f"{r['total']:.2f}" for r in rows[label])
+        lines.append(f"| {label} | {med['session']:.2f} | {med['sql_session']:.2f} "
+                     f"({med['sql_session_jvm_cpu']:.2f}) | {med['first_job']:.2f} | {med['total']:.2f} "
+                     f"| {base / med['total']:.2f}x | {med['jvm_cpu']:.2f} | {each} |")
+        print(f"{label}: start {med['session']:.2f} s, first job {med['first_job']:.2f} s, "
+              f"total {med['total']:.2f} s ({base / med['total']:.2f}x)")
+    lines += ["", "SparkRunner runs its stages as RDD jobs and needs only the `SparkContext`; Spark SQL's "
+              "`SparkSession` is Spark SQL's entry point, which a user's own "
+              "`SparkSession.builder.getOrCreate()` still builds on the runner's context when wanted.", "",
+              "![start-up](spark_startup_context.png)", ""]
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "spark_startup_context.md"), "w") as f:
+        f.write("\n".join(lines))
+    _plot(medians, os.path.join(out, "spark_startup_context.png"))
     return 0
 
 

@@ -34,9 +34,9 @@ def main(argv: list[str]) -> None:
         (p | "Lines" >> beam.Create([f"w{i % 7} w{i % 3}" for i in range(100)])
            | beam.FlatMap(str.split) | beam.combiners.Count.PerElement()
            | beam.MapTuple(lambda w, n: f"{w},{n}") | "WriteCounts" >> beam.io.WriteToText(out + ".counts"))
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
-    conf = dict(SparkSession.getActiveSession().sparkContext.getConf().getAll())
+    conf = dict(SparkContext.getOrCreate().getConf().getAll())  # the one the runner started
     with open(out + ".conf.json", "w") as f:
         json.dump(conf, f)
 

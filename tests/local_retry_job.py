@@ -3,7 +3,9 @@
 A separate process: the runner must start Spark itself, with its default
 master, which the test session's ``local[2]`` would otherwise shadow.
 Prints one JSON line: the master, recommended settings and driver Java
-options of the session the runner started, the first pipeline's output, the
+options of the Spark context the runner started, whether it built a Spark
+SQL session (it need not) and whether a user can build one on that context
+afterwards, the first pipeline's output, the
 second pipeline's error, how many times its failing element was tried, the
 processes the first pipeline's Python workers forked from, the warm daemon
 the runner started, and whether that daemon ended when the session stopped.
@@ -18,7 +20,7 @@ import sys
 import apache_beam as beam
 
 from beam_ext.runner import PipelineError, SparkRunner, recommended_spark_conf, session
-from beam_ext.runner.session import active_session
+from beam_ext.runner.session import active_context, active_session
 
 
 def main(work_dir: str) -> None:
@@ -58,8 +60,9 @@ def main(work_dir: str) -> None:
     for path in glob.glob(out + "*"):
         with open(path) as f:
             written += [int(line) for line in f]
-    conf = active_session().sparkContext.getConf()
-    report = {"master": active_session().sparkContext.master,
+    context = active_context()
+    conf = context.getConf()
+    report = {"master": context.master, "sql_session_started": active_session() is not None,
               "settings": {key: conf.get(key, None) for key in recommended_spark_conf()},
               "java_options": conf.get("spark.driver.extraJavaOptions", ""),
               "killed": os.path.exists(marker),
@@ -67,7 +70,12 @@ def main(work_dir: str) -> None:
               "attempts": len(open(attempts).readlines()),
               "worker_parents": sorted({int(line) for line in open(parents)}),
               "warm_daemon": session._warm_daemon.pid}
-    active_session().stop()  # Spark stops its daemon: the warm one must end with it
+    from pyspark.sql import SparkSession
+
+    users = SparkSession.builder.getOrCreate()  # a user's, after the pipelines: on the same context
+    report["users_session"] = {"same_context": users.sparkContext is context,
+                               "count": users.range(5).count()}
+    context.stop()  # Spark stops its daemon: the warm one must end with it
     try:
         report["warm_daemon_exit"] = session._warm_daemon.process.wait(timeout=60)
     except subprocess.TimeoutExpired:

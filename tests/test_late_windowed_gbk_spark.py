@@ -126,7 +126,7 @@ def test_native_path_streams_panes_as_windows_fire(spark):
     n_windows = 20
     config = (EveryNLateEvents(1), _CountingLateness(0.0), 1 << 20,
               coders.StrUtf8Coder(), coders.StrUtf8Coder())
-    ctx = NativeContext(spark=spark, parallelism=1, step_name="Panes",
+    ctx = NativeContext(sc=spark.sparkContext, parallelism=1, step_name="Panes",
                         counter=lambda namespace, name: None)
     events = spark.sparkContext.parallelize(range(n_windows), 2).flatMap(_window_values)
     panes = late_panes_on_spark(pickle.dumps(config), events, ctx)

@@ -90,7 +90,7 @@ def test_read_columns_and_batched_tables(spark, tmp_path, caplog):
 def test_any_split_reads_every_row_once(spark, tmp_path_factory, sizes, group, parallelism, split_row_groups):
     directory = tmp_path_factory.mktemp("split")
     rows = _write_files(directory, sizes, row_group_size=group)
-    ctx = NativeContext(spark=spark, parallelism=parallelism, step_name="read", counter=None)
+    ctx = NativeContext(sc=spark.sparkContext, parallelism=parallelism, step_name="read", counter=None)
     config = ParquetReadConfig(pattern=str(directory / "*.parquet"), columns=None, compression_type="auto")
     rdd = read_tables(config, ctx, split_row_groups)
     tables = rdd.collect()

@@ -63,7 +63,7 @@ def _spark_read(spark, pattern: str, skip: int = 0, compression=CompressionTypes
                 coder=None, min_split: int = 1 << 20) -> list:
     """The native read called directly, windows and timestamps checked."""
     config = ReadConfig(pattern, compression, coder or coders.StrUtf8Coder(), skip)
-    ctx = NativeContext(spark=spark, parallelism=2, step_name="Read", counter=None)
+    ctx = NativeContext(sc=spark.sparkContext, parallelism=2, step_name="Read", counter=None)
     values = read_lines(config, ctx, min_split).elements().collect()
     assert all(wv.timestamp == MIN_TIMESTAMP and wv.windows == (GlobalWindow(),) for wv in values)
     return [wv.value for wv in values]

@@ -90,6 +90,9 @@ def test_default_local_master_retries_a_dead_worker_not_forever_a_user_error(tmp
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["master"] == "local[*,4]"
+    # The runner's stages need only a SparkContext; a user's session is built on it.
+    assert report["sql_session_started"] is False
+    assert report["users_session"] == {"same_context": True, "count": 5}
     assert report["settings"] == recommended_spark_conf()  # a session the runner starts has them
     assert "-XX:TieredStopAtLevel=1" in report["java_options"].split()  # local: the quick compiler
     # Workers fork from the warm daemon the runner started beside the JVM,
@@ -218,9 +221,9 @@ def test_a_session_lacking_a_recommended_setting_is_told_which(spark, caplog, mo
     from beam_ext.runner import session
     from beam_ext.runner.options import SparkRunnerOptions
 
-    assert session.get_or_create_session(SparkRunnerOptions(), "x") is spark
+    assert session.get_or_create_context(SparkRunnerOptions(), "x") is spark.sparkContext
     assert "recommended settings" not in caplog.text  # the test session has them
     monkeypatch.setattr(session, "recommended_spark_conf", lambda: {"spark.beam_ext.absent": "true"})
     with caplog.at_level(logging.INFO, logger="beam_ext.runner.session"):
-        assert session.get_or_create_session(SparkRunnerOptions(), "x") is spark
+        assert session.get_or_create_context(SparkRunnerOptions(), "x") is spark.sparkContext
     assert "spark.beam_ext.absent=true" in caplog.text

@@ -4,7 +4,7 @@ Start it with ``python -m beam_ext.job_server --port 8099`` and submit
 unchanged pipelines with ``--runner=PortableRunner
 --job_endpoint=localhost:8099``, where Beam's Spark job server jar was.
 
-Example (in process, on an existing SparkSession)::
+Example (in process, on an existing SparkSession or SparkContext)::
 
     from beam_ext.job_server import SparkJobServicer
 

@@ -9,7 +9,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_ext.job_server._service import SparkJobServicer, parse_server_args
 from beam_ext.runner.options import SparkRunnerOptions, check_options
-from beam_ext.runner.session import get_or_create_session
+from beam_ext.runner.session import get_or_create_context
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -18,19 +18,19 @@ def main(argv: list[str] | None = None) -> None:
     flags = [f"--spark_master={args.spark_master}"] + [f"--spark_conf={c}" for c in args.spark_conf or []]
     options = PipelineOptions(flags).view_as(SparkRunnerOptions)
     check_options(options)
-    spark = get_or_create_session(options, "beam_ext job server")
-    servicer = SparkJobServicer(spark, host=args.host, staging_dir=args.staging_dir)
+    sc = get_or_create_context(options, "beam_ext job server")
+    servicer = SparkJobServicer(sc, host=args.host, staging_dir=args.staging_dir)
     port = servicer.start_grpc_server(args.port)
     logging.getLogger("beam_ext.job_server").info(
         "Job server listening on %s:%d (Spark master %s); submit with "
-        "--runner=PortableRunner --job_endpoint=%s:%d", args.host, port, spark.sparkContext.master,
+        "--runner=PortableRunner --job_endpoint=%s:%d", args.host, port, sc.master,
         args.host, port)
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())
     stopped.wait()
     servicer.stop()
-    spark.stop()
+    sc.stop()
 
 
 if __name__ == "__main__":

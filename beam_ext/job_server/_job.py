@@ -52,7 +52,7 @@ class _JobLogHandler(local_job_service.JobLogHandler):
 
 
 class SparkBeamJob(local_job_service.BeamJob):
-    """A pipeline submitted to the job server, run on the server's SparkSession.
+    """A pipeline submitted to the job server, run on the server's Spark context.
 
     ``prepare`` refuses pipelines with steps of another SDK, Beam or Python
     version, and invalid runner options; ``run`` starts SparkRunner in a
@@ -63,7 +63,7 @@ class SparkBeamJob(local_job_service.BeamJob):
 
     def __init__(self, *args, spark=None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._spark = spark
+        self._sc = getattr(spark, "sparkContext", spark)  # a SparkSession's, or a SparkContext
         self._notes: list[str] = []
         self._cancel_requested = threading.Event()
         self._finished = threading.Event()
@@ -113,7 +113,7 @@ class SparkBeamJob(local_job_service.BeamJob):
                 self._finished.set()
 
     def _run_on_spark(self, log_handler: _JobLogHandler) -> int:
-        sc = self._spark.sparkContext
+        sc = self._sc
         # A job group is a property of this thread: it tags every Spark job
         # the batch executor starts here, so cancel() can stop them.
         sc.setJobGroup(self._job_id, f"Beam job {self._job_name}", interruptOnCancel=False)
@@ -160,7 +160,7 @@ class SparkBeamJob(local_job_service.BeamJob):
         # A streaming job's loop reads the request between micro-batches.
         while not self._finished.wait(_POLL):
             if self.result is None:
-                self._spark.sparkContext.cancelJobGroup(self._job_id)
+                self._sc.cancelJobGroup(self._job_id)
 
 
 def _staged_name(dep: beam_runner_api_pb2.ArtifactInformation) -> str | None:

@@ -54,8 +54,8 @@ def _describe_job_options() -> list:
 class SparkJobServicer(local_job_service.LocalJobServicer):
     """Beam's JobService on Spark: ``PortableRunner --job_endpoint=HOST:PORT`` submits here.
 
-    Jobs run in threads of this process on ``spark``, one SparkSession for
-    all. Beam's ``LocalJobServicer`` provides the Job API and artifact
+    Jobs run in threads of this process on ``spark`` (a SparkSession or a
+    SparkContext), one for all. Beam's ``LocalJobServicer`` provides the Job API and artifact
     staging; jobs are :class:`SparkBeamJob`. ``Prepare`` refuses, with
     status INVALID_ARGUMENT and a message naming the SDK or version, a
     pipeline this server cannot run.

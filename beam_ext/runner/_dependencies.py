@@ -228,11 +228,11 @@ def worker_setup(options: po.PipelineOptions) -> WorkerSetup:
     return WorkerSetup(setup.pickle_library or "default", session, plugins)
 
 
-def ship(spark, options: po.PipelineOptions) -> None:
+def ship(context, options: po.PipelineOptions) -> None:
     """Builds the dependency zip if needed and adds it, and ``--files_to_stage``,
-    to the Spark context (a running one too: Spark ships files added late)."""
+    to the SparkContext ``context`` (a running one too: Spark ships files
+    added late)."""
     archive = build(options)
-    context = spark.sparkContext
     if archive is not None:
         context.addPyFile(archive)
         # The driver imports the same code, e.g. to unpickle what executors

@@ -1,4 +1,10 @@
-"""Finding or starting the SparkSession a pipeline runs on."""
+"""Finding or starting the Spark context a pipeline runs on.
+
+SparkRunner runs its stages as RDD jobs, so a session it starts itself is a
+bare ``SparkContext``: building Spark SQL's ``SparkSession`` on top took
+1.35-1.43 s of every start (``benchmarks/spark_startup.py --compare context``).
+A user's ``SparkSession.builder.getOrCreate()`` later still builds one on it.
+"""
 from __future__ import annotations
 
 import logging
@@ -71,6 +77,14 @@ def active_session():
     return SparkSession.getActiveSession() or SparkSession._instantiatedSession
 
 
+def active_context():
+    """The running SparkContext (a SparkSession's, or a bare one), or None."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    return context if context is not None and context._jsc is not None else None
+
+
 def recommended_spark_conf() -> dict[str, str]:
     """Spark settings SparkRunner applies to a session it starts itself.
 
@@ -96,11 +110,11 @@ def recommended_spark_conf() -> dict[str, str]:
     return conf
 
 
-def _warn_missing_conf(session) -> None:
-    conf = session.sparkContext.getConf()
+def _warn_missing_conf(context) -> None:
+    conf = context.getConf()
     missing = {k: v for k, v in recommended_spark_conf().items() if conf.get(k, None) != v}
     if missing:
-        _LOG.info("this SparkSession lacks SparkRunner's recommended settings %s: each task is slower "
+        _LOG.info("this Spark context lacks SparkRunner's recommended settings %s: each task is slower "
                   "without them (beam_ext.runner.recommended_spark_conf)",
                   " ".join(f"{k}={v}" for k, v in missing.items()))
 
@@ -145,24 +159,22 @@ def _start_warm_daemon(conf: dict[str, str]) -> None:
     conf[f"spark.executorEnv.{_spark_daemon.WARM_DAEMON_ENV}"] = _warm_daemon.path
 
 
-def get_or_create_session(options: SparkRunnerOptions, app_name: str,
+def get_or_create_context(options: SparkRunnerOptions, app_name: str,
                           derived_conf: dict[str, str] | None = None):
-    """The active SparkSession if there is one (spark-submit, notebooks, tests),
-    else a new one built from ``options``. ``derived_conf`` (from Dataflow's
-    options) yields to ``--spark_conf``."""
-    session = active_session()
-    if session is not None and session.sparkContext._jsc is not None:
-        _warn_missing_conf(session)
-        return session
+    """The running SparkContext if there is one (spark-submit, notebooks,
+    tests), else a new one built from ``options``. ``derived_conf`` (from
+    Dataflow's options) yields to ``--spark_conf``."""
+    context = active_context()
+    if context is not None:
+        _warn_missing_conf(context)
+        return context
     java, java_major, java_version = _check_java()
     _check_master_reachable(options.spark_master)
-    from pyspark.sql import SparkSession
+    from pyspark import SparkConf, SparkContext
 
     # Executors must import apache_beam and beam_ext: run this interpreter
     # unless the user chose another one.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(options.spark_master).appName(
-        options.spark_app_name or app_name)
     conf = {"spark.ui.showConsoleProgress": "true",
             "spark.sql.execution.arrow.pyspark.enabled": "true", **recommended_spark_conf()}
     local = options.spark_master.startswith("local")
@@ -181,14 +193,13 @@ def get_or_create_session(options: SparkRunnerOptions, app_name: str,
             conf["spark.driver.extraJavaOptions"] = f"{user_java_options} {class_cache}".strip()
     if local:
         _start_warm_daemon(conf)
-    for key, value in conf.items():
-        builder = builder.config(key, value)
+    spark_conf = SparkConf().setMaster(options.spark_master).setAppName(options.spark_app_name or app_name)
+    spark_conf.setAll(list(conf.items()))
     _LOG.info("Starting Spark (master %s)", options.spark_master)
     try:
-        session = builder.getOrCreate()
+        return SparkContext.getOrCreate(spark_conf)
     except Exception as exc:  # py4j and JVM errors carry no hint of the cause
         if _warm_daemon is not None:
             _warm_daemon.stop()
         raise SparkUnavailableError(
             f"could not start Spark with master {options.spark_master!r}: {exc}") from exc
-    return session

@@ -25,7 +25,7 @@ from beam_ext.runner.executors import BatchExecutor, StreamingExecutor
 from beam_ext.runner.options import SparkRunnerOptions, check_options
 from beam_ext.runner.planning import TestStreamAsBoundedSource, io_overrides, plan_pipeline
 from beam_ext.runner.planning._create_type import expand_create
-from beam_ext.runner.session import active_session, get_or_create_session
+from beam_ext.runner.session import active_context, get_or_create_context
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -104,8 +104,7 @@ class SparkRunner(runner.PipelineRunner):
         # honoured; report the others once.
         dataflow = map_dataflow_options(options)
         dataflow.raise_unsupported()
-        running = active_session()
-        dataflow.log(_LOG, session_started=running is None or running.sparkContext._jsc is None)
+        dataflow.log(_LOG, session_started=active_context() is None)
         validate_pipeline_graph(proto)
         proto = merge_common_environments(merge_superset_dep_environments(proto))
         for env_id, env in proto.components.environments.items():
@@ -114,10 +113,10 @@ class SparkRunner(runner.PipelineRunner):
                 common_urns.environments.DOCKER.urn))
         job_name = options.view_as(pipeline_options.GoogleCloudOptions).job_name or "beam_ext"
         streaming = _proto_is_streaming(proto, options)
-        spark = get_or_create_session(spark_options, job_name, dataflow.spark_conf)
-        _dependencies.ship(spark, options)
+        sc = get_or_create_context(spark_options, job_name, dataflow.spark_conf)
+        _dependencies.ship(sc, options)
         worker_setup = _dependencies.worker_setup(options)
-        parallelism = spark_options.spark_parallelism or spark.sparkContext.defaultParallelism
+        parallelism = spark_options.spark_parallelism or sc.defaultParallelism
         plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism,
                              spark_options.spark_state_backend, spark_options.spark_state_memory,
                              is_drain=self._is_drain, streaming=streaming,
@@ -126,17 +125,17 @@ class SparkRunner(runner.PipelineRunner):
             if stage.spec is not None:
                 stage.spec = dataclasses.replace(stage.spec, worker_setup=worker_setup)
         _LOG.info("Running %d stages on Spark (%s, parallelism %d%s)", len(plan.stages),
-                  spark.sparkContext.master, parallelism, ", streaming" if streaming else "")
+                  sc.master, parallelism, ", streaming" if streaming else "")
         if streaming:
             executor = StreamingExecutor(
-                spark, plan, parallelism, spark_options.checkpoint_dir, spark_options.spark_batch_interval,
+                sc, plan, parallelism, spark_options.checkpoint_dir, spark_options.spark_batch_interval,
                 watermarks=spark_options.watermarks, tracker_options={
                     "address": spark_options.tracker_address, "bucket": spark_options.tracker_bucket,
                     "timeout": spark_options.tracker_timeout,
                     "allow_plaintext": spark_options.tracker_allow_plaintext})
             return SparkStreamingResult(executor)
         start = time.monotonic()
-        execution = BatchExecutor(spark, plan, parallelism)
+        execution = BatchExecutor(sc, plan, parallelism)
         execution.run()
         _LOG.info("Pipeline done in %.2fs", time.monotonic() - start)
         return SparkPipelineResult(runner.PipelineState.DONE, execution.monitoring)

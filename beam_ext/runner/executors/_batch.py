@@ -138,9 +138,8 @@ class _SparkCounter:
 class BatchExecutor:
     """Runs a :class:`Plan` once over bounded input, each task under the watermark +inf."""
 
-    def __init__(self, spark, plan: Plan, parallelism: int) -> None:
-        self._spark = spark
-        self._sc = spark.sparkContext
+    def __init__(self, sc, plan: Plan, parallelism: int) -> None:
+        self._sc = sc
         self._plan = plan
         self._parallelism = parallelism
         self._buffers: dict[bytes, list] = {}
@@ -465,7 +464,7 @@ class BatchExecutor:
             self._driver_values[stage.outputs[0]] = (spec.output_coder, functools.partial(listed, spec.payload))
         counters = self._sc.accumulator({}, _DictSumParam())
         context = native.NativeContext(
-            spark=self._spark, parallelism=self._parallelism, step_name=spec.step_name,
+            sc=self._sc, parallelism=self._parallelism, step_name=spec.step_name,
             counter=lambda namespace, name: _SparkCounter(counters, (namespace, name)))
         values = self._arrow_rows.get(stage.inputs[0]) or self._values.get(stage.inputs[0])
         if values is None:

@@ -92,10 +92,10 @@ class StreamingExecutor(BatchExecutor):
     to wait before polling again when a batch had nothing to do.
     """
 
-    def __init__(self, spark, plan: Plan, parallelism: int, checkpoint_dir: str | None,
+    def __init__(self, sc, plan: Plan, parallelism: int, checkpoint_dir: str | None,
                  batch_interval: float = 0.2, stop: threading.Event | None = None,
                  watermarks: str = "min", tracker_options: dict | None = None) -> None:
-        super().__init__(spark, plan, parallelism)
+        super().__init__(sc, plan, parallelism)
         self._stop = stop or threading.Event()
         self._interval = batch_interval
         self._own_dir = checkpoint_dir is None

@@ -58,13 +58,14 @@ class NativeCounter(Protocol):
 class NativeContext:
     """What a native implementation may use besides its input.
 
-    ``parallelism`` is the number of partitions the runner uses for shuffles.
+    ``sc`` is the pipeline's SparkContext. ``parallelism`` is the number of
+    partitions the runner uses for shuffles.
     ``counter(namespace, name)`` returns a picklable counter usable inside
     Spark tasks; its total shows up in ``result.metrics()`` under the
     composite's step name.
     """
 
-    spark: Any
+    sc: Any
     parallelism: int
     step_name: str
     counter: Callable[[str, str], NativeCounter]

@@ -54,5 +54,5 @@ def create_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ElementBatches:
 
     config: CreateConfig = pickler.loads(payload)
     slices = max(1, min(ctx.parallelism, len(config.encoded))) if config.reshuffle else 1
-    return ElementBatches(ctx.spark.sparkContext.parallelize(config.encoded, slices).mapPartitions(
+    return ElementBatches(ctx.sc.parallelize(config.encoded, slices).mapPartitions(
         functools.partial(_decoded_batches, config.coder)))

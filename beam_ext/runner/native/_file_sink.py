@@ -89,7 +89,7 @@ def write_shards(sink: Any, elements: Any, ctx: Any, write_values: WriteValues,
     with ``sink``; returns an RDD of the final file names. ``write_columns``:
     how batches held as row columns are written without an element each,
     where they can be."""
-    sc = ctx.spark.sparkContext
+    sc = ctx.sc
     if not isinstance(elements, ElementBatches):
         elements = ElementBatches(elements.mapPartitions(batched))
     rdd = elements.rdd

@@ -128,7 +128,7 @@ def read_tables(config: ParquetReadConfig, ctx: Any, split_row_groups: bool = Fa
     """An RDD of the files' row groups as ``pyarrow.Table``, as Beam's source
     reads them; ``split_row_groups``: large ones cut into ranges of rows
     read by different tasks."""
-    sc = ctx.spark.sparkContext
+    sc = ctx.sc
     parts = _parts(config, ctx.parallelism, split_row_groups)
     if not parts:
         return sc.parallelize([], 1)

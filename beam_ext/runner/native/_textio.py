@@ -126,7 +126,7 @@ def read_text_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ElementBatches:
 
 def read_lines(config: ReadConfig, ctx: Any, min_split: int = _MIN_SPLIT) -> ElementBatches:
     """The records of ``config``'s files, ranges of at least ``min_split`` bytes per task."""
-    sc = ctx.spark.sparkContext
+    sc = ctx.sc
     [match] = FileSystems.match([config.pattern])
     files = [(m.path, m.size_in_bytes) for m in match.metadata_list
              if m.size_in_bytes > 0]  # as Beam: an empty file has no records, compressed or not
