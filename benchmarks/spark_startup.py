@@ -209,9 +209,9 @@ def _compare_contexts(runs: int, out: str) -> int:
                      f"| {base / med['total']:.2f}x | {med['jvm_cpu']:.2f} | {each} |")
         print(f"{label}: start {med['session']:.2f} s, first job {med['first_job']:.2f} s, "
               f"total {med['total']:.2f} s ({base / med['total']:.2f}x)")
-    lines += ["", "SparkRunner runs its stages as RDD jobs and needs only the `SparkContext`; Spark SQL's "
-              "`SparkSession` is Spark SQL's entry point, which a user's own "
-              "`SparkSession.builder.getOrCreate()` still builds on the runner's context when wanted.", "",
+    lines += ["", "SparkRunner runs its stages as RDD jobs and needs only the `SparkContext`. The "
+              "`SparkSession`, Spark SQL's entry point, is still built on the runner's context by a user's "
+              "own `SparkSession.builder.getOrCreate()` when wanted.", "",
               "![start-up](spark_startup_context.png)", ""]
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "spark_startup_context.md"), "w") as f:
