@@ -9,7 +9,9 @@ bodies, element encode/decode, bundle-processor set-up, SDF read machinery,
 beam_ext's shuffle packing and grouping, PySpark's transfer to and from the
 JVM, and built-ins. Spark's REST API gives each Spark job's and stage's
 time. cProfile slows Python code down, so the shares matter, not the
-seconds; the wall time without the profiler is printed beside.
+seconds; the wall time without the profiler is printed beside, split into
+the driver's phases: building the pipeline (Beam's ``apply``), Beam's
+encoding of it (``to_runner_api``), planning, the Spark jobs, and the rest.
 
     python benchmarks/runner_profile.py            # writes docs/benchmarks/runner_profile.md
     python benchmarks/runner_profile.py --quick    # smoke run
@@ -18,6 +20,7 @@ seconds; the wall time without the profiler is printed beside.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -191,11 +194,12 @@ def profile(name: str, build, spark, out: dict, top: int = 0) -> None:
             print(f"  {seconds:7.2f} s  {where}", flush=True)
 
 
-def unprofiled_walls(quick: bool) -> dict[str, float]:
-    """Median wall of 3 runs of each pipeline on a session without the profiler, in a subprocess."""
+def unprofiled_walls(quick: bool, only: str | None = None) -> dict[str, dict]:
+    """Median wall of 3 runs of each pipeline on a session without the profiler, in a
+    subprocess, and the driver's phases of that run (see :func:`_walls`)."""
     import subprocess
 
-    code = f"import json, runner_profile as rp; print(json.dumps(rp._walls({quick!r})))"
+    code = f"import json, runner_profile as rp; print(json.dumps(rp._walls({quick!r}, {only!r})))"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -254,28 +258,79 @@ def _session(profile_workers: bool):
     return spark
 
 
-def _walls(quick: bool) -> dict[str, float]:
-    from beam_ext.runner import SparkRunner
+@contextlib.contextmanager
+def _timed_calls(targets: list[tuple[object, str, str]]):
+    """Seconds spent in each ``(owner, attribute, label)`` callable while inside, by label."""
+    spent: dict[str, float] = {}
+    saved = [(owner, attr, getattr(owner, attr)) for owner, attr, _ in targets]
 
+    def timed(call, label):
+        def run(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - start
+        return run
+
+    for (owner, attr, call), (_, _, label) in zip(saved, targets):
+        setattr(owner, attr, timed(call, label))
+    try:
+        yield spent
+    finally:
+        for owner, attr, call in saved:
+            setattr(owner, attr, call)
+
+
+#: The driver's phases of a run, in order; "rest" is what the others leave of the wall.
+PHASES = ("build (Beam's apply)", "Beam's encoding (to_runner_api)", "planning", "Spark jobs", "rest")
+
+
+def _timed_run(build, spark) -> tuple[float, dict[str, float]]:
+    """One run's wall and its phases (:data:`PHASES`)."""
+    from beam_ext.runner import SparkRunner, spark_runner
+
+    sc = spark.sparkContext
+    before = _last_job(sc)
+    with _timed_calls([(beam.Pipeline, "to_runner_api", PHASES[1]),
+                       (spark_runner, "plan_pipeline", PHASES[2])]) as spent:
+        start = time.perf_counter()
+        p = beam.Pipeline(runner=SparkRunner())
+        build(p)
+        built = time.perf_counter()
+        p.run().wait_until_finish()
+        wall = time.perf_counter() - start
+    phases = {PHASES[0]: built - start, PHASES[1]: spent.get(PHASES[1], 0.0), PHASES[2]: spent.get(PHASES[2], 0.0),
+              PHASES[3]: sum(job["seconds"] for job in spark_jobs(sc.uiWebUrl, before))}
+    phases[PHASES[4]] = wall - sum(phases.values())
+    return wall, phases
+
+
+def _walls(quick: bool, only: str | None = None) -> dict[str, dict]:
     spark = _session(False)
     tmp = tempfile.mkdtemp(prefix="beam_ext_profile_")
     walls = {}
     try:
         for name, build in _cases(quick, tmp):
-            times = []
-            for _ in range(4):
-                start = time.perf_counter()
-                with beam.Pipeline(runner=SparkRunner()) as p:
-                    build(p)
-                times.append(time.perf_counter() - start)
-            walls[name] = sorted(times[1:])[1]  # the first run warms the session
+            if only is not None and only not in name:
+                continue
+            runs = [_timed_run(build, spark) for _ in range(4)][1:]  # the first warms the session
+            wall, phases = sorted(runs, key=lambda run: run[0])[1]  # the median run
+            walls[name] = dict(wall=wall, phases=phases)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()
     return walls
 
 
-def write_report(results: dict, walls: dict[str, float], out_dir: str, quick: bool) -> None:
+def _phases_line(measured: dict | None) -> str:
+    if not measured:
+        return "Wall without the profiler: not measured."
+    return (f"Wall without the profiler: {measured['wall']:.2f} s, of which " + ", ".join(
+        f"{label} {measured['phases'][label]:.2f} s" for label in PHASES) + ".")
+
+
+def write_report(results: dict, walls: dict[str, dict], out_dir: str, quick: bool) -> None:
     lines = [
         "# Where SparkRunner's time goes",
         "",
@@ -290,8 +345,8 @@ def write_report(results: dict, walls: dict[str, float], out_dir: str, quick: bo
     for name, r in results.items():
         total = sum(r["categories"].values()) or 1.0
         lines += [f"## {name}", "",
-                  f"Wall without the profiler: {walls.get(name, float('nan')):.2f} s; with it: "
-                  f"{r['wall']:.2f} s. Spark jobs: {len(r['jobs'])}.", "",
+                  f"{_phases_line(walls.get(name))} With the profiler: {r['wall']:.2f} s. "
+                  f"Spark jobs: {len(r['jobs'])}.", "",
                   "| Spark job | seconds | Spark stages | tasks | task run s | task deserialize s | "
                   "shuffle write MB | shuffle write s |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -320,7 +375,7 @@ def main() -> None:
     parser.add_argument("--only", help="profile only the pipelines whose name contains this; writes no report")
     parser.add_argument("--top", type=int, default=0, help="with --only: print the N costliest functions")
     args = parser.parse_args()
-    walls = {} if args.only else unprofiled_walls(args.quick)
+    walls = unprofiled_walls(args.quick, args.only)
     spark = _session(True)
     tmp = tempfile.mkdtemp(prefix="beam_ext_profile_")
     results: dict = {}
@@ -328,6 +383,7 @@ def main() -> None:
         for name, build in _cases(args.quick, tmp):
             if args.only is None or args.only in name:
                 profile(name, build, spark, results, args.top if args.only else 0)
+                print(f"  {_phases_line(walls.get(name))}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()
