@@ -248,3 +248,54 @@ def test_read_then_write_round_trip(spark, tmp_path):
              | beam.combiners.Count.PerElement() | beam.MapTuple(lambda w, n: f"{w}:{n}")
              | beam.io.WriteToText(prefix, num_shards=2))
     assert sorted(_beam_lines(prefix + "*")) == ["w1:1", "w2:2"]
+
+
+def _io_pipeline(tmp_path) -> beam.Pipeline:
+    """Every IO step that has a native path, and one whose options keep Beam's."""
+    import pyarrow as pa
+    from apache_beam.io import parquetio
+
+    schema = pa.schema([("x", pa.int64())])
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in0.txt").write_text("a\nb\n")
+    pq.write_table(pa.table({"x": [1, 2]}), str(tmp_path / "in0.parquet"))
+    p = beam.Pipeline(runner=SparkRunner())
+    lines = p | "Read" >> beam.io.ReadFromText(str(tmp_path / "in*.txt"))
+    _ = lines | "Write" >> beam.io.WriteToText(str(tmp_path / "out"))
+    _ = lines | "Custom" >> beam.io.WriteToText(str(tmp_path / "custom"), max_records_per_shard=2)
+    rows = p | "Rows" >> parquetio.ReadFromParquet(str(tmp_path / "in*.parquet"))
+    _ = rows | "WriteRows" >> parquetio.WriteToParquet(str(tmp_path / "rows"), schema)
+    tables = p | "Tables" >> parquetio.ReadFromParquetBatched(str(tmp_path / "in*.parquet"))
+    _ = tables | "WriteTables" >> parquetio.WriteToParquetBatched(str(tmp_path / "tables"), schema)
+    return p
+
+
+def test_native_io_swapped_in_place_gives_the_proto_of_beams_replace_all(tmp_path):
+    from apache_beam.portability import common_urns, python_urns
+    from apache_beam.transforms import environments
+
+    from beam_ext.runner.planning import io_overrides, swap_native_io
+    from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_ANNOTATION
+
+    def proto(swap):
+        p = _io_pipeline(tmp_path)
+        swap(p)
+        return p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+
+    def without_pickles(pipeline_proto):
+        # Pickled objects differ between any two constructions of a pipeline
+        # (a sink's temporary directory is random): compare everything else.
+        for transform in pipeline_proto.components.transforms.values():
+            if transform.spec.urn in (common_urns.primitives.PAR_DO.urn, python_urns.PICKLED_TRANSFORM):
+                transform.spec.ClearField("payload")
+            if NATIVE_PAYLOAD_ANNOTATION in transform.annotations:
+                transform.annotations[NATIVE_PAYLOAD_ANNOTATION] = b"pickled"
+        return pipeline_proto
+
+    replaced = without_pickles(proto(lambda p: p.replace_all(io_overrides())))
+    swapped = without_pickles(proto(swap_native_io))
+    natives = {t.unique_name for t in swapped.components.transforms.values()
+               if NATIVE_URN_ANNOTATION in t.annotations}
+    assert natives == {"Read", "Write", "Rows", "WriteRows", "Tables", "WriteTables"}
+    assert swapped == replaced

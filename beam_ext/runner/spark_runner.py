@@ -23,7 +23,7 @@ from beam_ext.runner._streaming_result import SparkStreamingResult
 from beam_ext.runner.dataflow_options import map_dataflow_options
 from beam_ext.runner.executors import BatchExecutor, StreamingExecutor
 from beam_ext.runner.options import SparkRunnerOptions, check_options
-from beam_ext.runner.planning import TestStreamAsBoundedSource, io_overrides, plan_pipeline
+from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline, swap_native_io
 from beam_ext.runner.planning._create_type import expand_create
 from beam_ext.runner.session import active_context, get_or_create_context
 
@@ -89,7 +89,8 @@ class SparkRunner(runner.PipelineRunner):
 
     def run_pipeline(self, pipeline, options: pipeline_options.PipelineOptions):
         if not _is_streaming(pipeline, options):
-            pipeline.replace_all([TestStreamAsBoundedSource(), *io_overrides()])
+            pipeline.replace_all([TestStreamAsBoundedSource()])
+            swap_native_io(pipeline)
         pipeline.visit(group_by_key_input_visitor(
             not options.view_as(pipeline_options.TypeOptions).allow_non_deterministic_key_coders))
         proto = pipeline.to_runner_api(

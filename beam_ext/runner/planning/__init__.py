@@ -14,14 +14,14 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
-from beam_ext.runner.planning._io_overrides import io_overrides
+from beam_ext.runner.planning._io_overrides import io_overrides, swap_native_io
 from beam_ext.runner.planning._phases import RUNNER_URNS, check_supported, optimize_phases, substitute_natives
 from beam_ext.runner.planning._reshuffle import drop_reshuffles_after_create
 from beam_ext.runner.planning._stages import GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner
 from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource, TestStreamSpec
 
 __all__ = ["GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
-           "TestStreamAsBoundedSource", "TestStreamSpec", "plan_pipeline", "io_overrides"]
+           "TestStreamAsBoundedSource", "TestStreamSpec", "plan_pipeline", "io_overrides", "swap_native_io"]
 
 
 def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
