@@ -59,9 +59,10 @@ class SparkRunner(runner.PipelineRunner):
 
     Beam's own translation phases plan the pipeline; each fused stage runs
     inside Spark tasks through Beam's bundle processor; GroupByKey is a Spark
-    shuffle on encoded keys. An active SparkSession (spark-submit, notebooks,
-    tests) is used as is; otherwise one is started from
-    :class:`SparkRunnerOptions` (``local[*,4]`` by default).
+    shuffle on encoded keys. A running SparkContext (a SparkSession's under
+    spark-submit, in notebooks, tests) is used as is; otherwise a
+    SparkContext is started from :class:`SparkRunnerOptions` (``local[*,4]``
+    by default).
 
     Example::
 
