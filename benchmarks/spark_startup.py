@@ -127,27 +127,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# Label -> the daemon module a session runs, as --spark_conf entries.
-_DAEMONS = {
-    "warm daemon (SparkRunner's session)": (),
-    "runner's daemon, imports when Spark launches it": (
-        "spark.python.daemon.module=beam_ext.runner.worker._daemon",),
-    "PySpark's daemon (secondary)": ("spark.python.daemon.module=pyspark.daemon",),
-}
-
-
-def _compare_daemons(runs: int, out: str) -> int:
+def _alternated(settings: dict[str, tuple[tuple[str, ...], bool]],
+                runs: int) -> tuple[dict[str, list[dict]], dict[str, dict]]:
+    """``runs`` fresh starts of each setting (label -> ``(--spark_conf entries,
+    sql_session)``), the settings alternating: each one's runs, and their medians."""
     _start(None)  # the class archive is in place, as after any first start
-    rows: dict[str, list[dict]] = {label: [] for label in _DAEMONS}
+    rows: dict[str, list[dict]] = {label: [] for label in settings}
     for run in range(runs):
-        for label, conf in _DAEMONS.items():
-            rows[label].append(_start(None, *conf))
-            print(f"run {run + 1}/{runs} {label}: session {rows[label][-1]['session']:.2f} s, "
+        for label, (conf, sql_session) in settings.items():
+            rows[label].append(_start(None, *conf, sql_session=sql_session))
+            print(f"run {run + 1}/{runs} {label}: start {rows[label][-1]['session']:.2f} s, "
                   f"first job {rows[label][-1]['first_job']:.2f} s", flush=True)
     medians = {label: {k: statistics.median(r[k] for r in results)
                        for k in ("session", "first_job", "total", "jvm_cpu", "sql_session",
                                  "sql_session_jvm_cpu")}
                for label, results in rows.items()}
+    return rows, medians
+
+
+# Label -> the daemon module a session runs, as --spark_conf entries.
+_DAEMONS = {
+    "warm daemon (SparkRunner's session)": ((), False),
+    "runner's daemon, imports when Spark launches it": (
+        ("spark.python.daemon.module=beam_ext.runner.worker._daemon",), False),
+    "PySpark's daemon (secondary)": (("spark.python.daemon.module=pyspark.daemon",), False),
+}
+
+
+def _compare_daemons(runs: int, out: str) -> int:
+    rows, medians = _alternated(_DAEMONS, runs)
     base = medians["runner's daemon, imports when Spark launches it"]["total"]
     lines = ["# Spark start-up: the Python worker daemon, warm or not", "",
              f"Reproduce: `python benchmarks/spark_startup.py --compare daemon --runs {runs}`", "",
@@ -176,22 +184,13 @@ def _compare_daemons(runs: int, out: str) -> int:
 
 
 _CONTEXTS = {
-    "SparkContext alone (SparkRunner's start)": False,
-    "SparkContext, then a SparkSession on it (before)": True,
+    "SparkContext alone (SparkRunner's start)": ((), False),
+    "SparkContext, then a SparkSession on it (before)": ((), True),
 }
 
 
 def _compare_contexts(runs: int, out: str) -> int:
-    _start(None)  # the class archive is in place, as after any first start
-    rows: dict[str, list[dict]] = {label: [] for label in _CONTEXTS}
-    for run in range(runs):
-        for label, sql_session in _CONTEXTS.items():
-            rows[label].append(_start(None, sql_session=sql_session))
-            print(f"run {run + 1}/{runs} {label}: total {rows[label][-1]['total']:.2f} s", flush=True)
-    medians = {label: {k: statistics.median(r[k] for r in results)
-                       for k in ("session", "first_job", "total", "jvm_cpu", "sql_session",
-                                 "sql_session_jvm_cpu")}
-               for label, results in rows.items()}
+    rows, medians = _alternated(_CONTEXTS, runs)
     base = medians["SparkContext, then a SparkSession on it (before)"]["total"]
     lines = ["# Spark start-up: a bare SparkContext, or a SparkSession on it", "",
              f"Reproduce: `python benchmarks/spark_startup.py --compare context --runs {runs}`", "",
