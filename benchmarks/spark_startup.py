@@ -145,6 +145,23 @@ def _alternated(settings: dict[str, tuple[tuple[str, ...], bool]],
     return rows, medians
 
 
+def _write_report(name: str, lines: list[str], cells, rows: dict[str, list[dict]], medians: dict[str, dict],
+                  base: str, trailer: list[str], out: str) -> None:
+    """``docs/benchmarks/<name>.md`` and its plot: ``lines`` (title to table
+    header), a row per setting (``cells(median)``: its middle columns; the
+    ratio to ``base``'s total, the JVM's CPU and every run follow), ``trailer``."""
+    base_total = medians[base]["total"]
+    for label, med in medians.items():
+        each = ", ".join(f"{r['total']:.2f}" for r in rows[label])
+        lines.append(f"| {label} | {cells(med)} | {base_total / med['total']:.2f}x | {med['jvm_cpu']:.2f} | {each} |")
+        print(f"{label}: start {med['session']:.2f} s, first job {med['first_job']:.2f} s, "
+              f"total {med['total']:.2f} s ({base_total / med['total']:.2f}x)")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write("\n".join(lines + ["", *trailer, "", f"![start-up]({name}.png)", ""]))
+    _plot(medians, os.path.join(out, f"{name}.png"))
+
+
 # Label -> the daemon module a session runs, as --spark_conf entries.
 _DAEMONS = {
     "warm daemon (SparkRunner's session)": ((), False),
@@ -156,7 +173,6 @@ _DAEMONS = {
 
 def _compare_daemons(runs: int, out: str) -> int:
     rows, medians = _alternated(_DAEMONS, runs)
-    base = medians["runner's daemon, imports when Spark launches it"]["total"]
     lines = ["# Spark start-up: the Python worker daemon, warm or not", "",
              f"Reproduce: `python benchmarks/spark_startup.py --compare daemon --runs {runs}`", "",
              f"Machine: {os.cpu_count()} cores. A fresh process per run calls SparkRunner's "
@@ -165,21 +181,14 @@ def _compare_daemons(runs: int, out: str) -> int:
              "| daemon | session start s | first Python job s | total s | vs the runner's daemon "
              "| driver JVM's CPU s | runs (total s) |",
              "|---|---:|---:|---:|---:|---:|---|"]
-    for label, med in medians.items():
-        each = ", ".join(f"{r['total']:.2f}" for r in rows[label])
-        lines.append(f"| {label} | {med['session']:.2f} | {med['first_job']:.2f} | {med['total']:.2f} "
-                     f"| {base / med['total']:.2f}x | {med['jvm_cpu']:.2f} | {each} |")
-        print(f"{label}: session {med['session']:.2f} s, first job {med['first_job']:.2f} s, "
-              f"total {med['total']:.2f} s ({base / med['total']:.2f}x)")
-    lines += ["", "The warm daemon imports while the JVM starts, so the session's start takes "
-              "longer on 2 cores (both are busy: the JVM alone uses more than a core's worth of CPU "
-              "by the end of the first job) and the first job finds the imports done. PySpark's "
-              "own daemon imports nothing: its first job is quick, and each task then imports the "
-              "runner's code itself on its first task.", "", "![start-up](spark_startup_daemon.png)", ""]
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "spark_startup_daemon.md"), "w") as f:
-        f.write("\n".join(lines))
-    _plot(medians, os.path.join(out, "spark_startup_daemon.png"))
+    _write_report("spark_startup_daemon", lines,
+                  lambda med: f"{med['session']:.2f} | {med['first_job']:.2f} | {med['total']:.2f}",
+                  rows, medians, "runner's daemon, imports when Spark launches it",
+                  ["The warm daemon imports while the JVM starts, so the session's start takes "
+                   "longer on 2 cores (both are busy: the JVM alone uses more than a core's worth of CPU "
+                   "by the end of the first job) and the first job finds the imports done. PySpark's "
+                   "own daemon imports nothing: its first job is quick, and each task then imports the "
+                   "runner's code itself on its first task."], out)
     return 0
 
 
@@ -191,7 +200,6 @@ _CONTEXTS = {
 
 def _compare_contexts(runs: int, out: str) -> int:
     rows, medians = _alternated(_CONTEXTS, runs)
-    base = medians["SparkContext, then a SparkSession on it (before)"]["total"]
     lines = ["# Spark start-up: a bare SparkContext, or a SparkSession on it", "",
              f"Reproduce: `python benchmarks/spark_startup.py --compare context --runs {runs}`", "",
              f"Machine: {os.cpu_count()} cores. A fresh process per run calls SparkRunner's "
@@ -201,21 +209,13 @@ def _compare_contexts(runs: int, out: str) -> int:
              "| start | Spark start s | of which the SparkSession s (the JVM's CPU s) | first Python job s "
              "| total s | vs before | driver JVM's CPU s | runs (total s) |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
-    for label, med in medians.items():
-        each = ", ".join(f"{r['total']:.2f}" for r in rows[label])
-        lines.append(f"| {label} | {med['session']:.2f} | {med['sql_session']:.2f} "
-                     f"({med['sql_session_jvm_cpu']:.2f}) | {med['first_job']:.2f} | {med['total']:.2f} "
-                     f"| {base / med['total']:.2f}x | {med['jvm_cpu']:.2f} | {each} |")
-        print(f"{label}: start {med['session']:.2f} s, first job {med['first_job']:.2f} s, "
-              f"total {med['total']:.2f} s ({base / med['total']:.2f}x)")
-    lines += ["", "SparkRunner runs its stages as RDD jobs and needs only the `SparkContext`. The "
-              "`SparkSession`, Spark SQL's entry point, is still built on the runner's context by a user's "
-              "own `SparkSession.builder.getOrCreate()` when wanted.", "",
-              "![start-up](spark_startup_context.png)", ""]
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "spark_startup_context.md"), "w") as f:
-        f.write("\n".join(lines))
-    _plot(medians, os.path.join(out, "spark_startup_context.png"))
+    _write_report("spark_startup_context", lines,
+                  lambda med: (f"{med['session']:.2f} | {med['sql_session']:.2f} ({med['sql_session_jvm_cpu']:.2f}) "
+                               f"| {med['first_job']:.2f} | {med['total']:.2f}"),
+                  rows, medians, "SparkContext, then a SparkSession on it (before)",
+                  ["SparkRunner runs its stages as RDD jobs and needs only the `SparkContext`. The "
+                   "`SparkSession`, Spark SQL's entry point, is still built on the runner's context by a "
+                   "user's own `SparkSession.builder.getOrCreate()` when wanted."], out)
     return 0
 
 

@@ -166,16 +166,13 @@ class _IOOverride(PTransformOverride):
         self._beam_class = beam_class
         self._native_class = native_class
         self._unsupported = unsupported
-        self._logged: set[str] = set()
 
     def matches(self, applied_ptransform) -> bool:
         transform = applied_ptransform.transform
         if not isinstance(transform, self._beam_class) or isinstance(transform, self._native_class):
             return False
         reason = self._unsupported(transform)
-        if reason is not None and applied_ptransform.full_label not in self._logged:
-            # Beam's replace_all asks twice; say it once.
-            self._logged.add(applied_ptransform.full_label)
+        if reason is not None:  # swap_native_io asks once per step and run
             _LOG.info("step %r: %s; running Beam's %s", applied_ptransform.full_label, reason,
                       self._beam_class.__name__)
         return reason is None
