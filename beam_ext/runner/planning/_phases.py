@@ -1,4 +1,4 @@
-"""The planning phases: Beam's own, plus the two of ours, as named functions.
+"""The planning phases: Beam's own, plus ours, as named functions.
 
 Beam's phases are those the FnApiRunner applies (combiner packing and
 lifting, SDF expansion, GroupByKey and Flatten expansion, greedy fusion, ...).
@@ -23,6 +23,14 @@ Ours:
       Impulse -> PairWithRestriction -> SplitAndSize -> Process
       becomes
       [Impulse -> PairWithRestriction -> SplitAndSize] -> [Process]
+
+* :func:`write_flattens_to_their_grouping` (batch, after fusion): the
+  inputs of a Flatten that a GroupByKey reads at once (``CoGroupByKey``)
+  write the GroupByKey's shuffle themselves::
+
+      [A -> Flatten buffer] [B -> Flatten buffer] [Flatten buffer -> shuffle]
+      becomes
+      [A -> shuffle] [B -> shuffle]
 
 * :func:`sort_stages_by_name` (in place of Beam's ``sort_stages``): the
   same topological order, with ties broken by stage name rather than by the
@@ -91,6 +99,76 @@ def sort_stages_by_name(stages: Iterable[Stage], context: TransformContext) -> l
     return ordered
 
 
+def write_flattens_to_their_grouping(stages: Iterable[Stage], context: TransformContext) -> list[Stage]:
+    """Drops each stage that only moves a Flatten's buffer into a GroupByKey's
+    shuffle: the stages writing the buffer write the shuffle instead.
+
+    Beam's ``sink_flattens`` makes every input of a multi-input Flatten write
+    one buffer (``<flatten>/Write/<input>``) and a stage read it back
+    (``<flatten>/Read``). Where a GroupByKey follows at once, as in every
+    ``CoGroupByKey``, that stage does nothing but decode each element and
+    encode it again for the shuffle, a Spark job's worth of work over all of
+    the Flatten's elements. A GroupByKey reads the union of what its writers
+    shuffle, so the Flatten's inputs can shuffle their elements themselves.
+    Done only where each writer is a stage of Beam transforms (a native
+    step's output is not shuffled by it) whose elements carry the grouping's
+    coder and windows' coder (``fix_flatten_coders`` transcodes the inputs to
+    the Flatten's coder where they differ).
+    """
+    stages = list(stages)
+    pcolls = context.components.pcollections
+    strategies = context.components.windowing_strategies
+    runner_urns = context.known_runner_urns - {common_urns.primitives.FLATTEN.urn,
+                                                common_urns.primitives.GROUP_BY_KEY.urn}
+
+    def encoding(pcoll: str) -> tuple[str, str]:
+        return pcolls[pcoll].coder_id, strategies[pcolls[pcoll].windowing_strategy_id].window_coder_id
+
+    def only(transforms, urn: str) -> list:
+        return [t for t in transforms if t.spec.urn == urn]
+
+    dropped: set[Stage] = set()
+    for relay in stages:
+        reads = only(relay.transforms, bundle_processor.DATA_INPUT_URN)
+        writes = only(relay.transforms, bundle_processor.DATA_OUTPUT_URN)
+        if len(relay.transforms) != 2 or len(reads) != 1 or len(writes) != 1:
+            continue
+        [read], [write] = reads, writes
+        flatten = read.unique_name.removesuffix("/Read")
+        if (flatten == read.unique_name or read.spec.payload != translations.create_buffer_id(flatten)
+                or translations.split_buffer_id(write.spec.payload)[0] != "group"
+                or list(read.outputs.values()) != list(write.inputs.values())):
+            continue
+        [pcoll] = write.inputs.values()
+        writers = [(stage, t) for stage in stages if stage is not relay
+                   for t in only(stage.transforms, bundle_processor.DATA_OUTPUT_URN)
+                   if t.spec.payload == read.spec.payload]
+        others = [stage for stage in stages if stage is not relay
+                  for t in only(stage.transforms, bundle_processor.DATA_INPUT_URN)
+                  if t.spec.payload == read.spec.payload]
+        if (not writers or others
+                or any(not t.unique_name.startswith(flatten + "/Write/")
+                       or any(u.spec.urn in runner_urns for u in stage.transforms)
+                       or encoding(translations.only_element(t.inputs.values())) != encoding(pcoll)
+                       for stage, t in writers)):
+            continue
+        for _, t in writers:
+            t.spec.payload = write.spec.payload
+        dropped.add(relay)
+    if not dropped:
+        return stages
+    kept = [stage for stage in stages if stage not in dropped]
+    for stage in kept:
+        # What had to follow a dropped stage follows what it had to follow.
+        follows = set(stage.must_follow)
+        while follows & dropped:
+            for relay in follows & dropped:
+                follows.discard(relay)
+                follows |= relay.must_follow
+        stage.must_follow = frozenset(follows)
+    return kept
+
+
 def lift_combiners_keeping_element_timestamps(stages: Iterable[Stage],
                                              context: TransformContext) -> Iterator[Stage]:
     """Beam's combiner lifting, except for a CombinePerKey whose output
@@ -138,6 +216,7 @@ def optimize_phases(streaming: bool = False) -> list[Phase]:
         t.expand_gbk,
         t.sink_flattens,
         t.greedily_fuse,
+        *(() if streaming else (write_flattens_to_their_grouping,)),
         t.read_to_impulse,
         t.impulse_to_input,
         sort_stages_by_name,

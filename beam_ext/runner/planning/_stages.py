@@ -146,6 +146,10 @@ class StagePlanner:
             gbk = self._components.transforms[gbk_id]
             in_pcoll = translations.only_element(list(gbk.inputs.values()))
             out_pcoll = translations.only_element(list(gbk.outputs.values()))
+            if in_pcoll not in self._context.data_channel_coders:
+                # No stage writes it: the Flatten before the grouping was
+                # dropped (write_flattens_to_their_grouping), its inputs write.
+                self._context.add_data_channel_coder(in_pcoll)
             windowing = self._pipeline_context.windowing_strategies[
                 self._components.pcollections[in_pcoll].windowing_strategy_id]
             # In streaming every group runs Beam's trigger driver on whole

@@ -1,0 +1,112 @@
+"""A Flatten read at once by a GroupByKey: its inputs write the shuffle themselves.
+
+Oracles: plain Python on the same elements, and DirectRunner on the same
+pipeline. Also checked: the plan reads no such Flatten's buffer back, and a Flatten
+read by more than the grouping keeps its read.
+"""
+from __future__ import annotations
+
+import collections
+
+import apache_beam as beam
+import pytest
+from apache_beam.portability import common_urns
+from apache_beam.runners.portability.fn_api_runner import translations
+from apache_beam.transforms import window
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pipeline_outputs import spark_equals_direct
+
+from beam_ext.runner.planning import plan_pipeline
+
+pytestmark = pytest.mark.usefixtures("spark")
+
+
+def _flatten_reads(build) -> list[str]:
+    """The planned stages that read a Flatten's buffer back (Beam's
+    ``<flatten>/Read``) and write a grouping's shuffle."""
+    p = beam.Pipeline()
+    build(p)
+    proto = p.to_runner_api()
+    flattens = {translations.create_buffer_id(t.unique_name) for t in proto.components.transforms.values()
+                if t.spec.urn == common_urns.primitives.FLATTEN.urn}
+    plan = plan_pipeline(proto, 1 << 20, 2)
+    return [stage.label for stage in plan.stages
+            if flattens & set(stage.inputs) and any(out.startswith(b"group:") for out in stage.outputs)]
+
+
+def _cogroup(left: list, right: list, windowed: bool):
+    def build(p):
+        def side(label, kvs):
+            pcoll = p | f"{label}Create" >> beam.Create(kvs)
+            if windowed:
+                pcoll = (pcoll | f"{label}Stamp" >> beam.MapTuple(lambda k, v: window.TimestampedValue((k, v), v % 9))
+                         | f"{label}Window" >> beam.WindowInto(window.FixedWindows(3)))
+            return pcoll | f"{label}Keep" >> beam.MapTuple(lambda k, v: (k, v))
+        return ({"l": side("L", left), "r": side("R", right)} | beam.CoGroupByKey()
+                | beam.MapTuple(lambda k, g: [k, sorted(g["l"]), sorted(g["r"])]))
+    return build
+
+
+def _cogroup_oracle(left: list, right: list, windowed: bool) -> list:
+    groups: dict = collections.defaultdict(lambda: ([], []))
+    for side, kvs in enumerate((left, right)):
+        for k, v in kvs:
+            groups[(k, v % 9 // 3) if windowed else k][side].append(v)
+    return sorted(([key[0] if windowed else key, sorted(ls), sorted(rs)] for key, (ls, rs) in groups.items()),
+                  key=repr)
+
+
+def test_a_cogroupbykeys_inputs_write_its_shuffle_with_no_stage_between(tmp_path):
+    left = [(k % 5, k) for k in range(60)]
+    right = [(k, -k) for k in range(3, 9)]
+    build = _cogroup(left, right, windowed=False)
+    assert _flatten_reads(build) == []
+    got = spark_equals_direct(build, tmp_path)
+    assert sorted(got, key=repr) == _cogroup_oracle(left, right, windowed=False)
+
+
+def test_a_flatten_read_by_more_than_a_grouping_keeps_its_read(tmp_path):
+    # The Flatten's elements also go to a Map: the read stage does work.
+    def build(p):
+        a = p | "A" >> beam.Create([("a", 1), ("b", 2)])
+        b = p | "B" >> beam.Create([("a", 3)])
+        both = (a, b) | beam.Flatten()
+        grouped = both | beam.GroupByKey() | beam.MapTuple(lambda k, vs: [k, sorted(vs)])
+        keys = both | beam.Keys() | "Tag" >> beam.Map(lambda k: ["key", k])
+        return (grouped, keys) | "Both" >> beam.Flatten()
+    assert _flatten_reads(build)
+    assert spark_equals_direct(build, tmp_path) == [["a", [1, 3]], ["b", [2]], ["key", "a"], ["key", "a"],
+                                                    ["key", "b"]]
+
+
+_KVS = st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 40)), max_size=30)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(left=_KVS, right=_KVS, windowed=st.booleans())
+def test_cogrouped_inputs_equal_plain_python_and_beam(tmp_path_factory, left, right, windowed):
+    got = spark_equals_direct(_cogroup(left, right, windowed), tmp_path_factory.mktemp("cogroup"))
+    assert sorted(got, key=repr) == _cogroup_oracle(left, right, windowed)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(_KVS, min_size=2, max_size=3))
+def test_a_flatten_of_creates_and_of_a_branch_read_twice_groups_as_beam(tmp_path_factory, parts):
+    # Inputs straight from native Creates (each written by a stage of its
+    # own), and one input also counted apart: its stage writes two outputs.
+    def build(p):
+        inputs = [p | f"Create{i}" >> beam.Create(kvs) for i, kvs in enumerate(parts)]
+        doubled = inputs[0] | "Double" >> beam.MapTuple(lambda k, v: (k, 2 * v))
+        counted = doubled | "Count" >> beam.combiners.Count.Globally() | "Tag" >> beam.Map(lambda n: ["count", n])
+        grouped = ((doubled, *inputs[1:]) | beam.Flatten() | beam.GroupByKey()
+                   | beam.MapTuple(lambda k, vs: [k, sorted(vs)]))
+        return (grouped, counted) | "Both" >> beam.Flatten()
+    assert _flatten_reads(lambda p: build(p)) == []
+    got = spark_equals_direct(build, tmp_path_factory.mktemp("flatten"))
+    groups: dict = collections.defaultdict(list)
+    for i, kvs in enumerate(parts):
+        for k, v in kvs:
+            groups[k].append(2 * v if i == 0 else v)
+    want = [[k, sorted(vs)] for k, vs in groups.items()] + [["count", len(parts[0])]]
+    assert sorted(got, key=repr) == sorted(want, key=repr)
