@@ -25,6 +25,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from runner_throughput import (  # noqa: E402
+    beam_cogbk,
     beam_combine,
     beam_gbk,
     beam_rows,
@@ -44,16 +45,6 @@ CASES = ("wordcount", "side_mean", "combine", "combine_1m", "gbk", "cogbk", "sid
          "sessions", "rows", "rows_grouped", "sliding_1min", "sliding_1day", "parquet_pick", "parquet_keyed",
          "parquet_sum", "streaming")
 STREAMING = {"streaming"}
-
-
-def _cogbk(p, n: int, keys: int):
-    """A CoGroupByKey of ``n`` keyed numbers with a ``keys``-entry table, counted per key."""
-    per = n // 8
-    numbers = (p | "Shards" >> beam.Create(range(8)) | beam.Reshuffle()
-               | beam.FlatMap(lambda s: ((i % keys, i) for i in range(s * per, (s + 1) * per))))
-    names = p | "Names" >> beam.Create([(k, str(k)) for k in range(keys)])
-    return ({"numbers": numbers, "names": names} | beam.CoGroupByKey()
-            | beam.MapTuple(lambda k, g: (g["names"][0], len(g["numbers"]))) | beam.combiners.Count.Globally())
 
 
 class _Rates(beam.DoFn):
@@ -106,7 +97,7 @@ def _builders(tmp: str, words: int, events: int) -> dict:
             "combine": lambda p: beam_combine(p, words, 1_000),
             "combine_1m": lambda p: beam_combine(p, words, words // 2),
             "gbk": lambda p: beam_gbk(p, words, words // 2),
-            "cogbk": lambda p: _cogbk(p, words, 1_000),
+            "cogbk": lambda p: beam_cogbk(p, words, 1_000),
             "side_join": lambda p: beam_side_join(p, words, 10_000),
             "dofn_setup": lambda p: _dofn_setup(p, words),
             "windowed": lambda p: beam_windowed(p, words, 1_000),

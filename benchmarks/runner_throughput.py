@@ -140,6 +140,15 @@ def beam_side_join(p, n, side_size):
             | beam.CombineGlobally(sum))
 
 
+def beam_cogbk(p, n, keys):
+    """``n`` keyed ones and a ``keys``-entry table of names joined by Beam's
+    ``CoGroupByKey``; the keys counted."""
+    numbers = p | "Shards" >> beam.Create(range(_SHARDS)) | beam.Reshuffle() | beam.FlatMap(_pairs(n, keys))
+    names = p | "Names" >> beam.Create([(k, str(k)) for k in range(keys)])
+    return ({"numbers": numbers, "names": names} | beam.CoGroupByKey()
+            | beam.MapTuple(lambda k, g: (g["names"][0], len(g["numbers"]))) | beam.combiners.Count.Globally())
+
+
 def _events(n: int, keys: int, seconds: Callable[[int], int], timestamped: bool):
     """Shard ``s``'s ``(key, value)`` pairs, the ``i``-th at ``seconds(i)``: Beam's
     ``TimestampedValue`` or, for PySpark, ``(key, value, seconds)``."""
@@ -210,6 +219,12 @@ def rdd_rows_grouped(sc, n, keys):
             .map(lambda i: (i % keys, (i % keys, float(i)))).groupByKey().mapValues(len).count())
 
 
+def rdd_cogbk(sc, n, keys):
+    numbers = sc.parallelize(range(_SHARDS), _SHARDS).flatMap(_pairs(n, keys))
+    names = sc.parallelize([(k, str(k)) for k in range(keys)], sc.defaultParallelism)
+    return numbers.cogroup(names).map(lambda kv: (list(kv[1][1])[0], len(kv[1][0]))).count()
+
+
 def rdd_gbk(sc, n, keys):
     return (sc.parallelize(range(_SHARDS), _SHARDS).flatMap(_pairs(n, keys))
             .groupByKey().mapValues(len).values().sum())
@@ -246,7 +261,7 @@ def rdd_side_join(sc, n, side_size):
 
 
 # -- cases ----------------------------------------------------------------------
-PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "side_join", "windowed", "sessions", "rows",
+PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "cogbk", "side_join", "windowed", "sessions", "rows",
              "rows_grouped")
 SWEPT = ("wordcount", "side_mean")
 
@@ -276,6 +291,7 @@ _KEYED = {
     "sessions": ("CombinePerKey in sessions, 1-minute gap", beam_sessions, rdd_sessions),
     "rows": ("schema rows, GroupBy(field).aggregate_field", beam_rows, rdd_rows),
     "rows_grouped": ("schema rows, GroupBy(field), groups counted", beam_rows_grouped, rdd_rows_grouped),
+    "cogbk": ("CoGroupByKey with a table of names, keys counted", beam_cogbk, rdd_cogbk),
 }
 
 
