@@ -1,0 +1,253 @@
+"""Common Beam pipelines beyond the throughput table: SparkRunner against DirectRunner.
+
+Each pipeline is one users write every day (a CoGroupByKey, a Partition,
+tagged outputs, a stateful DoFn, GroupIntoBatches, Top, Distinct, side
+inputs, windowed groupings, ...), over ``--size`` generated numbers. Each
+runs once on SparkRunner to warm the session (local[2], the settings
+SparkRunner gives a session it starts), then ``--runs`` times on SparkRunner
+and on Beam's DirectRunner, alternating; every run writes its output, and
+the two runners' outputs are compared line by line. Writes
+docs/benchmarks/runner_common.md and runner_common.png.
+
+    python benchmarks/runner_common.py                         # 1M numbers each
+    python benchmarks/runner_common.py --size 100000 --cases cogbk,partition --out /tmp/report
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable
+
+import apache_beam as beam
+from apache_beam.coders import VarIntCoder
+from apache_beam.transforms import userstate, window
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+TARGET_VS_DIRECT = 2.0  # issue 14's target against DirectRunner
+_SHARDS = 8
+
+
+def _numbers(p, n: int, label: str = "Numbers"):
+    """``n`` numbers from ``_SHARDS`` shards spread over the workers (a Reshuffle)."""
+    per = n // _SHARDS
+    return (p | f"{label}Shards" >> beam.Create(range(_SHARDS)) | f"{label}Spread" >> beam.Reshuffle()
+            | f"{label}Gen" >> beam.FlatMap(lambda s: range(s * per, (s + 1) * per)))
+
+
+class _RunningCount(beam.DoFn):
+    """A key's running count in user state, as a dedup or a sequence-number DoFn keeps one."""
+
+    COUNT = userstate.ReadModifyWriteStateSpec("count", VarIntCoder())
+
+    def process(self, kv, count=beam.DoFn.StateParam(COUNT)):
+        seen = (count.read() or 0) + 1
+        count.write(seen)
+        yield kv[0], seen
+
+
+class _Mean(beam.CombineFn):
+    """A CombineFn class of the user's own."""
+
+    def create_accumulator(self):
+        return 0, 0
+
+    def add_input(self, acc, x):
+        return acc[0] + x, acc[1] + 1
+
+    def merge_accumulators(self, accs):
+        totals = list(zip(*accs)) or [(), ()]
+        return sum(totals[0]), sum(totals[1])
+
+    def extract_output(self, acc):
+        return acc[0] / acc[1] if acc[1] else 0
+
+
+class _ThreesApart(beam.DoFn):
+    def process(self, x):
+        yield beam.pvalue.TaggedOutput("threes", x) if x % 3 == 0 else x
+
+
+def _tagged(p, n):
+    parts = _numbers(p, n) | beam.ParDo(_ThreesApart()).with_outputs("threes", main="rest")
+    return ((parts.threes | "Threes" >> beam.combiners.Count.Globally() | "T" >> beam.Map(lambda c: ("threes", c)),
+             parts.rest | "Rest" >> beam.combiners.Count.Globally() | "R" >> beam.Map(lambda c: ("rest", c)))
+            | "Both" >> beam.Flatten())
+
+
+def _stamped(p, n, seconds: int, value=lambda x: (x % 100, x)):
+    return _numbers(p, n) | "Stamp" >> beam.Map(lambda x: window.TimestampedValue(value(x), x % seconds))
+
+
+def _side(p, n, view: Callable, values: list, fn: Callable):
+    side = p | "Side" >> beam.Create(values)
+    return _numbers(p, n) | beam.Map(fn, s=view(side)) | beam.CombineGlobally(sum)
+
+
+# name -> (what it is, Beam build over n numbers)
+CASES: dict[str, tuple[str, Callable]] = {
+    "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
+        {"a": _numbers(p, n) | "KeyA" >> beam.Map(lambda x: (x % 10_000, x)),
+         "b": _numbers(p, n // 10, "B") | "KeyB" >> beam.Map(lambda x: (x % 10_000, -x))}
+        | beam.CoGroupByKey() | beam.MapTuple(lambda k, g: (k, len(g["a"]), len(g["b"]))))),
+    "flatten_gbk": ("Flatten of three, GroupByKey over 1,000 keys", lambda p, n: (
+        tuple(_numbers(p, n // 3, label) for label in "ABC") | beam.Flatten()
+        | beam.Map(lambda x: (x % 1000, x)) | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sum(vs))))),
+    "partition": ("Partition into 4, Flatten, Count.Globally", lambda p, n: (
+        _numbers(p, n) | beam.Partition(lambda x, parts: x % parts, 4) | beam.Flatten()
+        | beam.combiners.Count.Globally())),
+    "tagged": ("ParDo with a tagged output, each counted", _tagged),
+    "distinct": ("Distinct of 50,000 values", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: x % 50_000) | beam.Distinct() | beam.combiners.Count.Globally())),
+    "top_per_key": ("Top.PerKey(3), 100 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 100, x)) | beam.combiners.Top.PerKey(3))),
+    "top_of": ("Top.Of(5)", lambda p, n: _numbers(p, n) | beam.combiners.Top.Of(5)),
+    "stateful_dofn": ("stateful DoFn (a running count per key), 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.ParDo(_RunningCount())
+        | beam.CombinePerKey(max))),
+    "group_into_batches": ("GroupIntoBatches(100), 10 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 10, x)) | beam.GroupIntoBatches(100)
+        | beam.MapTuple(lambda k, b: (k, len(b))) | beam.CombinePerKey(sum))),
+    "side_list": ("Map with an AsList side input of 1,000", lambda p, n: _side(
+        p, n, beam.pvalue.AsList, list(range(1000)), lambda x, s: x + s[x % len(s)])),
+    "side_singleton": ("Map with an AsSingleton side input", lambda p, n: _side(
+        p, n, beam.pvalue.AsSingleton, [3], lambda x, s: x * s)),
+    "combine_fn_class": ("CombinePerKey of a CombineFn class, 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.CombinePerKey(_Mean()))),
+    "count_per_element": ("Count.PerElement, 1,000 values", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: x % 1000) | beam.combiners.Count.PerElement())),
+    "filter_kvswap": ("Filter, KvSwap, Keys, Count.PerElement", lambda p, n: (
+        _numbers(p, n) | beam.Filter(lambda x: x % 2 == 0) | beam.Map(lambda x: (x, x % 7))
+        | beam.KvSwap() | beam.Keys() | beam.combiners.Count.PerElement())),
+    "sliding_combine": ("CombinePerKey in 5-minute windows every minute, 100 keys", lambda p, n: (
+        _stamped(p, n, 3600, lambda x: (x % 100, 1)) | "Slide" >> beam.WindowInto(window.SlidingWindows(300, 60))
+        | beam.CombinePerKey(sum) | "Unwindow" >> beam.WindowInto(window.GlobalWindows())
+        | beam.combiners.Count.Globally())),
+    "fixed_gbk": ("GroupByKey in 1-minute windows, 100 keys", lambda p, n: (
+        _stamped(p, n, 3600) | "Fix" >> beam.WindowInto(window.FixedWindows(60)) | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (k, len(vs))) | "Unwindow" >> beam.WindowInto(window.GlobalWindows())
+        | beam.CombinePerKey(sum))),
+    "window_param": ("Map reading DoFn.WindowParam in fixed windows", lambda p, n: (
+        _stamped(p, n, 1000, lambda x: x) | "Fix" >> beam.WindowInto(window.FixedWindows(100))
+        | beam.Map(lambda x, w=beam.DoFn.WindowParam: (w.start.micros, 1)) | beam.CombinePerKey(sum))),
+    "create_list": ("Create of n/3 numbers listed on the driver", lambda p, n: (
+        p | beam.Create(list(range(n // 3))) | beam.Map(lambda x: x * 2) | beam.CombineGlobally(sum))),
+    "sample": ("Sample.FixedSizeGlobally(10), its size", lambda p, n: (
+        _numbers(p, n) | beam.combiners.Sample.FixedSizeGlobally(10) | beam.Map(len))),
+    "mean_globally": ("Mean.Globally", lambda p, n: _numbers(p, n) | beam.combiners.Mean.Globally()),
+    "to_list": ("ToList of n/10, its length", lambda p, n: (
+        _numbers(p, n // 10) | beam.combiners.ToList() | beam.Map(len))),
+}
+
+
+def _run(runner, build: Callable, n: int, out: str) -> tuple[float, list[str]]:
+    """One run's seconds, and its output's lines, sorted."""
+    start = time.perf_counter()
+    with beam.Pipeline(runner=runner) as p:
+        build(p, n) | "Repr" >> beam.Map(repr) | "Write" >> beam.io.WriteToText(out, num_shards=1)
+    seconds = time.perf_counter() - start
+    lines: list[str] = []
+    for path in glob.glob(out + "*"):
+        with open(path) as f:
+            lines += f.read().splitlines()
+    return seconds, sorted(lines)
+
+
+def run(names: list[str], n: int, runs: int) -> list[dict]:
+    from pyspark.sql import SparkSession
+    from spark_settings import session_conf
+
+    from beam_ext.runner import SparkRunner
+
+    spark = (SparkSession.builder.master("local[2]").appName("runner-common").config(map=session_conf())
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    tmp = tempfile.mkdtemp(prefix="beam_ext_common_")
+    rows = []
+    try:
+        for name in names:
+            label, build = CASES[name]
+            _run(SparkRunner(), build, n, os.path.join(tmp, f"{name}_warm"))
+            times: dict[str, list[float]] = {"spark": [], "direct": []}
+            outputs: dict[str, list[str]] = {}
+            for i in range(runs):
+                for engine, runner in (("spark", SparkRunner()), ("direct", beam.runners.DirectRunner())):
+                    seconds, outputs[engine] = _run(runner, build, n, os.path.join(tmp, f"{name}_{engine}_{i}"))
+                    times[engine].append(seconds)
+            row = dict(name=name, label=label, spark=statistics.median(times["spark"]),
+                       direct=statistics.median(times["direct"]), same=outputs["spark"] == outputs["direct"])
+            rows.append(row)
+            print(f"{name:20s} SparkRunner {row['spark']:6.2f} s  DirectRunner {row['direct']:6.2f} s  "
+                  f"{row['direct'] / row['spark']:5.2f}x  same output: {row['same']}", flush=True)
+    finally:
+        spark.stop()
+    return rows
+
+
+def write_report(rows: list[dict], out_dir: str, n: int, runs: int, command: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7, 0.32 * len(rows) + 1.2))
+    ratios = [row["direct"] / row["spark"] for row in rows]
+    ax.barh([row["name"] for row in rows], ratios,
+            color=["tab:green" if r >= TARGET_VS_DIRECT else "tab:orange" for r in ratios])
+    ax.axvline(TARGET_VS_DIRECT, color="grey", linestyle="--", label=f"target {TARGET_VS_DIRECT:.0f}x")
+    ax.invert_yaxis()
+    ax.set_xlabel("SparkRunner speed-up over DirectRunner (its time / ours)")
+    ax.set_title(f"common pipelines, {n:,} numbers, 2 cores")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "runner_common.png"), dpi=110)
+    lines = [
+        "# Common pipelines: SparkRunner against DirectRunner",
+        "",
+        f"Reproduce: `{command}`",
+        "",
+        f"Each pipeline over {n:,} generated numbers, on SparkRunner (local[2], warm session) and on "
+        f"Beam's DirectRunner, alternating, median of {runs} run(s) each; every run writes its output, "
+        "and the two runners' outputs are compared line by line. Machine: 2 cores.",
+        "",
+        "| pipeline | what | SparkRunner | DirectRunner | SparkRunner / DirectRunner | same output |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for row, ratio in zip(rows, ratios):
+        lines.append(f"| `{row['name']}` | {row['label']} | {row['spark']:.2f} s | {row['direct']:.2f} s | "
+                     f"{ratio:.2f}x | {'yes' if row['same'] else '**no**'} |")
+    short = [row["name"] for row, ratio in zip(rows, ratios) if ratio < TARGET_VS_DIRECT]
+    lines += ["", f"Below {TARGET_VS_DIRECT:.0f}x DirectRunner: {', '.join(short) or 'none'}.", "",
+              "![common pipelines](runner_common.png)", ""]
+    with open(os.path.join(out_dir, "runner_common.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks"))
+    args = parser.parse_args()
+    names = args.cases.split(",")
+    for name in names:
+        if name not in CASES:
+            parser.error(f"unknown case {name!r}; known: {', '.join(CASES)}")
+    rows = run(names, args.size, args.runs)
+    command = "python benchmarks/runner_common.py" + "".join(
+        f" --{flag} {value}" for flag, value, default in (
+            ("size", args.size, 1_000_000), ("runs", args.runs, 1), ("cases", args.cases, ",".join(CASES)))
+        if value != default)
+    write_report(rows, args.out, args.size, args.runs, command)
+    print(f"report: {os.path.join(args.out, 'runner_common.md')}")
+
+
+if __name__ == "__main__":
+    main()
