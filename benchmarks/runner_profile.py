@@ -38,6 +38,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from runner_throughput import (  # noqa: E402
+    beam_cogbk,
     beam_combine,
     beam_gbk,
     beam_rows,
@@ -53,9 +54,12 @@ from sliding import MINUTE, build_sliding, make_data, write_parquet  # noqa: E40
 
 # (category, tests on "file:function"); first match wins, in this order.
 # PySpark's profiler keeps only the base name of each file.
+# A Python worker reading its input from the JVM waits in BufferedReader.read
+# while another Python worker of the same task (before a union, say) computes it.
 _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     ("waiting (locks, sockets: idle, or blocked on the JVM or another thread)",
      ("~:<method 'acquire' of '_thread", "~:<method 'recv", "~:<method 'readinto",
+      "~:<method 'read' of '_io.BufferedReader'",
       "~:<built-in method select", "~:<method 'poll'", "~:<built-in method time.sleep",
       "threading.py:wait", "socket.py:readinto")),
     # Before the reads below: "parquetio.py:" would also match beam_ext's _parquetio.py.
@@ -227,6 +231,7 @@ def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
         (f"wordcount, {n:,} words", lambda p: beam_wordcount(p, words)),
         (f"GroupByKey, {pairs:,} pairs, {pairs // 2:,} keys", lambda p: beam_gbk(p, pairs, pairs // 2)),
         (f"CombinePerKey, {pairs:,} pairs, 1,000 keys", lambda p: beam_combine(p, pairs, 1_000)),
+        (f"CoGroupByKey, {pairs:,} pairs with a 1,000-entry table", lambda p: beam_cogbk(p, pairs, 1_000)),
         (f"per-key mean with a side-input dict, {n:,} words", lambda p: beam_side_mean(p, words)),
         (f"side-input join, {n:,} numbers, 10,000-entry dict", lambda p: beam_side_join(p, n, 10_000)),
         (f"CombinePerKey in 1-minute windows, {pairs:,} pairs, 1,000 keys", lambda p: beam_windowed(p, pairs, 1_000)),
