@@ -102,7 +102,7 @@ def test_a_flatten_of_creates_and_of_a_branch_read_twice_groups_as_beam(tmp_path
         grouped = ((doubled, *inputs[1:]) | beam.Flatten() | beam.GroupByKey()
                    | beam.MapTuple(lambda k, vs: [k, sorted(vs)]))
         return (grouped, counted) | "Both" >> beam.Flatten()
-    assert _flatten_reads(lambda p: build(p)) == []
+    assert _flatten_reads(build) == []
     got = spark_equals_direct(build, tmp_path_factory.mktemp("flatten"))
     groups: dict = collections.defaultdict(list)
     for i, kvs in enumerate(parts):
