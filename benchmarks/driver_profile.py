@@ -28,7 +28,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 import apache_beam as beam  # noqa: E402
 from runner_throughput import PIPELINES, _Texts, case  # noqa: E402
-from spark_settings import session_conf  # noqa: E402
+from spark_settings import local_session  # noqa: E402
 
 
 def _where(function) -> tuple[str, int, str]:
@@ -62,13 +62,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=4, help="unprofiled runs; the first warms the session")
     args = parser.parse_args(argv)
 
-    from pyspark.sql import SparkSession
-
     from beam_ext.runner import SparkRunner
 
-    spark = (SparkSession.builder.master("local[2]").appName("driver-profile").config(map=session_conf())
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("driver-profile")
     texts = tempfile.TemporaryDirectory(prefix="driver_profile_")
     label, build, _ = case(args.pipeline, args.elements, _Texts(texts.name), spark.sparkContext)
     timings = {}

@@ -160,14 +160,11 @@ def _run(runner, build: Callable, n: int, out: str) -> tuple[float, list[str]]:
 
 
 def run(names: list[str], n: int, runs: int) -> list[dict]:
-    from pyspark.sql import SparkSession
-    from spark_settings import session_conf
+    from spark_settings import local_session
 
     from beam_ext.runner import SparkRunner
 
-    spark = (SparkSession.builder.master("local[2]").appName("runner-common").config(map=session_conf())
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("runner-common")
     tmp = tempfile.mkdtemp(prefix="beam_ext_common_")
     rows = []
     try:

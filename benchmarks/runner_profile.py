@@ -249,18 +249,11 @@ def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
 
 
 def _session(profile_workers: bool):
-    from pyspark.sql import SparkSession
-    from spark_settings import session_conf
-    builder = (SparkSession.builder.master("local[2]").appName("runner-profile")
-               .config(map=session_conf())
-               .config("spark.ui.showConsoleProgress", "false"))
-    if profile_workers:
-        # A dump directory keeps PySpark from printing every profile at exit.
-        builder = (builder.config("spark.python.profile", "true")
-                   .config("spark.python.profile.dump", tempfile.mkdtemp(prefix="beam_ext_profile_")))
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    from spark_settings import local_session
+    # A dump directory keeps PySpark from printing every profile at exit.
+    return local_session("runner-profile", {
+        "spark.python.profile": "true",
+        "spark.python.profile.dump": tempfile.mkdtemp(prefix="beam_ext_profile_")} if profile_workers else None)
 
 
 @contextlib.contextmanager

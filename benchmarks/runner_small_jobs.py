@@ -42,14 +42,10 @@ def _time(runner) -> float:
 
 
 def run(runs: int) -> dict[str, list[float]]:
-    from pyspark.sql import SparkSession
-    from spark_settings import session_conf
+    from spark_settings import local_session
 
     from beam_ext.runner import SparkRunner
-    spark = (SparkSession.builder.master("local[2]")
-             .config(map=session_conf())
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("runner-small-jobs")
     try:
         _time(SparkRunner())  # warm-up: Python workers, Beam imported in them
         times: dict[str, list[float]] = {"SparkRunner": [], "DirectRunner": []}

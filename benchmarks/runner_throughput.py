@@ -424,17 +424,13 @@ def measure_demo(events: int, runs: int, timeout: float) -> list[dict]:
 
 # -- the run ------------------------------------------------------------------------
 def run(args) -> dict:
-    from pyspark.sql import SparkSession
+    from spark_settings import local_session
 
     from beam_ext.runner import SparkRunner
 
     results: dict = {"main": [], "sweep": [], "demo": [], "args": vars(args).copy()}
     tmp = tempfile.mkdtemp(prefix="beam_ext_bench_")
-    from spark_settings import session_conf
-    spark = (SparkSession.builder.master("local[2]").appName("runner-benchmark")
-             .config(map=session_conf())
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("runner-benchmark")
     sc = spark.sparkContext
     texts = _Texts(tmp)
     try:

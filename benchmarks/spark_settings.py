@@ -11,3 +11,20 @@ def session_conf() -> dict[str, str]:
     import beam_ext.runner
 
     return getattr(beam_ext.runner, "recommended_spark_conf", dict)()
+
+
+def local_session(app_name: str, extra: dict[str, str] | None = None):
+    """A ``local[2]`` session with :func:`session_conf` (and ``extra``), no
+    progress bar and errors-only logging: the session the runner benchmarks
+    share between SparkRunner and their PySpark anchors.
+
+    Example::
+
+        spark = local_session("runner-benchmark")
+    """
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName(app_name).config(map=session_conf())
+             .config(map=extra or {}).config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -253,11 +253,10 @@ def test_read_then_write_round_trip(spark, tmp_path):
 def _io_pipeline(tmp_path) -> beam.Pipeline:
     """Every IO step that has a native path, and one whose options keep Beam's."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
     from apache_beam.io import parquetio
 
     schema = pa.schema([("x", pa.int64())])
-    import pyarrow.parquet as pq
-
     (tmp_path / "in0.txt").write_text("a\nb\n")
     pq.write_table(pa.table({"x": [1, 2]}), str(tmp_path / "in0.parquet"))
     p = beam.Pipeline(runner=SparkRunner())
