@@ -83,11 +83,11 @@ def _stage_task(spec, broadcast, reports, stage_name: str, partition: int, recor
             yield index, payload
 
 
-def _direct_task(chain, setup, side_inputs, reports, stage_name: str, batches_out: bool, partition: int,
-                 batches) -> Iterator:
+def _direct_task(chain, setup, side_inputs, reports, stage_name: str, batches_out: bool, indexed: bool,
+                 partition: int, batches) -> Iterator:
     report: list[bytes] = []
     yield from run_direct_chain(chain, setup, batches, report, side_inputs.value if side_inputs is not None else (),
-                                batches_out)
+                                batches_out, indexed)
     for serialized in report:
         reports.add({(stage_name, partition): serialized})
 
@@ -351,21 +351,28 @@ class BatchExecutor:
             batches = self._read(stage.inputs[0]).mapPartitions(functools.partial(
                 decoded_batches, chain.input_coder, stage.spec.bundle_bytes))
         self._chained.append(stage)
+        buffers = list(dict.fromkeys(stage.outputs))  # a Partition's branches may all write one Flatten's
+        shuffles = any(end.shuffle is not None for end in chain.ends())
         # No output: the pipeline's last steps, run by the final job, their batches dropped.
-        buffer_id = stage.outputs[0] if stage.outputs else None
-        handing = buffer_id is None or chain.shuffle is None and self._objects_read(buffer_id)
+        handing = not buffers or len(buffers) == 1 and not shuffles and self._objects_read(buffers[0])
+        indexed = len(buffers) > 1
         out = batches.mapPartitionsWithIndex(functools.partial(
-            _direct_task, chain, stage.spec.worker_setup, side_inputs, self._reports, stage.name, handing))
-        if buffer_id is None:
+            _direct_task, chain, stage.spec.worker_setup, side_inputs, self._reports, stage.name, handing, indexed))
+        if not buffers:
             self._hold(out, 0)
             return
         if handing:
-            self._values[buffer_id] = ElementBatches(out)
+            self._values[buffers[0]] = ElementBatches(out)
             return
-        if chain.shuffle is None:
+        if not chain.branches and chain.shuffle is None:
             out = out.mapPartitions(functools.partial(_encode_partition, chain.output_coder))
-        self._hold(out, self._readers.get(buffer_id, 0))
-        self._write(buffer_id, out)
+        self._hold(out, sum(self._readers.get(buffer_id, 0) for buffer_id in buffers))
+        if not indexed:
+            self._write(buffers[0], out)
+            return
+        for buffer_id in buffers:
+            indices = frozenset(i for i, b in enumerate(stage.outputs) if b == buffer_id)
+            self._write(buffer_id, out.filter(lambda r, ix=indices: r[0] in ix).values())
 
     def _readers_of(self, buffer_id: bytes) -> list[PlannedStage]:
         return [s for s in self._plan.stages

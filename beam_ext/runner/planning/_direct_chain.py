@@ -1,7 +1,7 @@
 """Which fused stages the batch executor may run on element objects (:mod:`beam_ext.runner.worker._direct`).
 
-A stage qualifies when, between its one data input and its one data output
-(or the pipeline's end), it is a line of:
+A stage qualifies when, from its one data input to each of its data
+outputs (or the pipeline's end), it is a line of:
 
 - ParDos of a ``DoFn`` that takes only the element (and extra arguments):
   ``Map``, ``FlatMap``, ``Filter``, ``MapTuple``, Beam's own key-with-``None``
@@ -11,7 +11,7 @@ A stage qualifies when, between its one data input and its one data output
   timers, splitting, batches, bundle finalization, ``DoFn.*Param``
   arguments other than ``TimestampParam``, ``WindowParam``,
   ``PaneInfoParam`` and ``WindowedValueParam`` (``WindowInto`` takes the
-  first two), setup or bundle contexts, or tagged outputs;
+  first two), or setup or bundle contexts;
 - side inputs of such a step read as a whole (``AsDict``, ``AsList``,
   ``AsIter``, ``AsSingleton``), where both the step's input and the side
   input are in the global window;
@@ -22,20 +22,31 @@ A stage qualifies when, between its one data input and its one data output
 - optionally, last, the partial combine Beam puts before a lifted
   ``CombinePerKey``'s shuffle.
 
+A line may fork: after a step with tagged outputs (``Partition``, a
+``ParDo(...).with_outputs(...)``, a dead-letter output), a branch per step
+reading each output; after a ``PCollection`` read by several steps of the
+stage, a branch per step (see :mod:`beam_ext.runner.worker._branches`).
+Each branch is such a line in turn.
+
 Everything else keeps Beam's bundle processor.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+import dataclasses
+from typing import Any, Callable, Iterable, Mapping
 
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils import proto_utils
 
+from beam_ext.errors import BeamExtError
 from beam_ext.runner._shuffle import ShuffleWriter
+from beam_ext.runner.worker._branches import MAIN_TAG
 from beam_ext.runner.worker._direct import (
     AssignWindows,
+    DirectBranch,
     DirectChain,
     DirectCombine,
     DirectCombinePhase,
@@ -49,6 +60,17 @@ _ASSIGN_WINDOWS = common_urns.primitives.ASSIGN_WINDOWS.urn
 # A combine's steps after its GroupByKey, by Beam's name of their phase.
 _PHASES = {common_urns.combine_components.COMBINE_PER_KEY_MERGE_ACCUMULATORS.urn: "merge",
            common_urns.combine_components.COMBINE_PER_KEY_EXTRACT_OUTPUTS.urn: "extract"}
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectEnd:
+    """One of a stage's data outputs: its index among the stage's outputs, its
+    elements' coder, and how it is shuffled if it feeds a GroupByKey (the
+    real coder, not the runner's bytes view: the chain encodes objects)."""
+
+    index: int
+    coder: Any
+    shuffle: ShuffleWriter | None
 
 
 def simple_dofn(payload: bytes) -> str | None:
@@ -84,29 +106,24 @@ def simple_dofn(payload: bytes) -> str | None:
     return None
 
 
-def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_coder: Any, output_coder: Any,
-                 windowing_of: Callable[[str], Any], side_input: Callable[[str, str, str], tuple[int, Any] | None],
+def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_coder: Any,
+                 ends: Mapping[str, DirectEnd], windowing_of: Callable[[str], Any],
+                 side_input: Callable[[str, str, str], tuple[int, Any] | None],
                  combine_fn: Callable[[beam_runner_api_pb2.CombinePayload], bytes],
-                 shuffle: ShuffleWriter | None, partitions: int) -> DirectChain | None:
-    """The stage's steps as a :class:`DirectChain`, or None if it is not one.
+                 partitions: int) -> DirectChain | None:
+    """The stage's steps as a :class:`DirectChain`, or None if they are not one.
 
-    ``windowing_of(pcollection id)``: its windowing strategy.
-    ``side_input(transform name, tag, pcollection id)``: the side input's
-    index among the stage's and its elements' coder, or None where it cannot
-    be read whole. ``combine_fn(payload)``: a precombine's pickled
-    ``(CombineFn, args, kwargs)``. ``shuffle``: how the output is written if
-    it feeds a GroupByKey (its coder the real one, not the runner's bytes
-    view), over ``partitions``. ``output_coder`` None: the stage has no
-    output, its line ends the pipeline.
+    ``ends``: where each of the stage's data outputs (by transform id) goes,
+    its output index, coder and shuffle. ``windowing_of(pcollection id)``:
+    its windowing strategy. ``side_input(transform name, tag, pcollection
+    id)``: the side input's index among the stage's and its elements'
+    coder, or None where it cannot be read whole. ``combine_fn(payload)``: a
+    precombine's pickled ``(CombineFn, args, kwargs)``. ``partitions``: of
+    the shuffles the stage writes.
     """
-    from apache_beam.internal import pickler
-    from apache_beam.transforms import core, sideinputs
-    from apache_beam.utils import proto_utils
-
     transforms = list(transforms)
-    by_input: dict[str, beam_runner_api_pb2.PTransform] = {}
+    consumers: dict[str, list[beam_runner_api_pb2.PTransform]] = {}
     start = None
-    ends = 0
     for transform in transforms:
         urn = transform.spec.urn
         if urn == bundle_processor.DATA_INPUT_URN:
@@ -114,93 +131,147 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
                 return None
             start = transform
             continue
-        if urn == bundle_processor.DATA_OUTPUT_URN:
-            ends += 1
-        elif urn == common_urns.primitives.FLATTEN.urn:
+        if urn == common_urns.primitives.FLATTEN.urn:
             if len(transform.inputs) != 1:
                 return None
-        elif urn not in (common_urns.primitives.PAR_DO.urn, _ASSIGN_WINDOWS, _PRECOMBINE) and urn not in _PHASES:
+        elif (urn not in (bundle_processor.DATA_OUTPUT_URN, common_urns.primitives.PAR_DO.urn, _ASSIGN_WINDOWS,
+                          _PRECOMBINE) and urn not in _PHASES):
             return None
         main = [pcoll for tag, pcoll in transform.inputs.items() if not _is_side_tag(transform, tag)]
-        if len(main) != 1 or main[0] in by_input:
-            return None  # two consumers of one PCollection
-        by_input[main[0]] = transform
-    # No output coder: the line ends the pipeline, no buffer reads it.
-    terminal = output_coder is None
-    if start is None or ends != (0 if terminal else 1) or len(start.outputs) != 1:
+        if len(main) != 1:
+            return None
+        consumers.setdefault(main[0], []).append(transform)
+    if start is None or len(start.outputs) != 1:
         return None
-    steps: list[DirectStep | DirectCombinePhase] = []
-    precombine = None
-    flattens = 0
+    builder = _LineBuilder(consumers, ends, windowing_of, side_input, combine_fn, partitions)
     [pcoll] = start.outputs.values()
-    while True:
-        transform = by_input.get(pcoll)
-        if transform is None and terminal and precombine is None:
-            break
-        if transform is None or precombine is not None and transform.spec.urn != bundle_processor.DATA_OUTPUT_URN:
-            return None
-        if transform.spec.urn == bundle_processor.DATA_OUTPUT_URN:
-            break
-        if len(transform.outputs) != 1:
-            return None
-        if transform.spec.urn == common_urns.primitives.FLATTEN.urn:
-            # One input: the elements as they are (Beam's fusion puts one
-            # before a Flatten's buffer where the coders differ; the output
-            # is encoded with the buffer's coder).
+    try:
+        chain = builder.line(pcoll)
+    except _NotDirect:
+        return None
+    # Every transform once on a line (none in a cycle or left over), some work to do.
+    if builder.visited + 1 != len(transforms) or not builder.works:
+        return None
+    return dataclasses.replace(chain, input_coder=input_coder)
+
+
+class _NotDirect(BeamExtError):
+    """A step the chain cannot run on element objects."""
+
+
+class _LineBuilder:
+    """Walks a stage's steps from its input to its outputs (see :func:`direct_chain`)."""
+
+    def __init__(self, consumers: dict, ends: Mapping[str, DirectEnd], windowing_of: Callable,
+                 side_input: Callable, combine_fn: Callable, partitions: int) -> None:
+        self.consumers = consumers
+        self.ends = ends
+        self.windowing_of = windowing_of
+        self.side_input = side_input
+        self.combine_fn = combine_fn
+        self.partitions = partitions
+        self.visited = 0
+        self.works = False  # a step runs somewhere: else the stage only moves a buffer
+
+    def line(self, pcoll: str, first: beam_runner_api_pb2.PTransform | None = None) -> DirectChain:
+        """The line of steps reading ``pcoll`` (from ``first`` on, one of its
+        consumers), to where it ends or forks."""
+        steps: list[DirectStep | DirectCombinePhase] = []
+        precombine = None
+        while True:
+            found = [first] if first is not None else self.consumers.get(pcoll, [])
+            first = None
+            if len(found) > 1:  # the PCollection is read by several steps: each a branch of its own
+                if precombine is not None:
+                    raise _NotDirect
+                branches = tuple(DirectBranch(MAIN_TAG, self.line(pcoll, c)) for c in found)
+                return self._chain(steps, precombine, None, branches)
+            if not found:  # no step reads it: the line's outputs are dropped, as Beam drops them
+                if precombine is not None:
+                    raise _NotDirect
+                return self._chain(steps, None, None)
+            [transform] = found
+            self.visited += 1
+            urn = transform.spec.urn
+            if urn == bundle_processor.DATA_OUTPUT_URN:
+                end = self.ends[transform.unique_name]
+                if precombine is not None and end.shuffle is None:
+                    raise _NotDirect
+                return self._chain(steps, precombine, end)
+            if precombine is not None:
+                raise _NotDirect
+            if urn == common_urns.primitives.FLATTEN.urn:
+                # One input: the elements as they are (Beam's fusion puts one
+                # before a Flatten's buffer where the coders differ; the output
+                # is encoded with the buffer's coder).
+                [pcoll] = transform.outputs.values()
+                continue
+            windowing = self.windowing_of(pcoll)
+            if urn == _PRECOMBINE:
+                payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.CombinePayload)
+                precombine = DirectCombine(transform.unique_name, self.combine_fn(payload), windowing)
+                self.works = True
+                [pcoll] = transform.outputs.values()
+                continue
+            if len(transform.outputs) != 1 and urn != common_urns.primitives.PAR_DO.urn:
+                raise _NotDirect
+            steps.append(self._step(transform, urn, windowing))
+            self.works = True
+            if len(transform.outputs) > 1:
+                # Tagged outputs: a branch per step reading each.
+                branches = tuple(DirectBranch(tag, self.line(out, c)) for tag, out in transform.outputs.items()
+                                 for c in self.consumers.get(out, []))
+                return self._chain(steps, None, None, branches)
             [pcoll] = transform.outputs.values()
-            flattens += 1
-            continue
-        windowing = windowing_of(pcoll)
-        if transform.spec.urn in _PHASES:
+
+    def _chain(self, steps: list, precombine: DirectCombine | None, end: DirectEnd | None,
+               branches: tuple[DirectBranch, ...] = ()) -> DirectChain:
+        if end is None:
+            return DirectChain(tuple(steps), None, None, precombine=precombine, branches=branches, output=None)
+        return DirectChain(tuple(steps), None, end.coder, precombine=precombine, shuffle=end.shuffle,
+                           partitions=self.partitions, output=end.index)
+
+    def _step(self, transform: beam_runner_api_pb2.PTransform, urn: str,
+              windowing: Any) -> DirectStep | DirectCombinePhase:
+        from apache_beam.internal import pickler
+        from apache_beam.transforms import core, sideinputs
+
+        if urn in _PHASES:
             payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.CombinePayload)
-            steps.append(DirectCombinePhase(transform.unique_name, combine_fn(payload), _PHASES[transform.spec.urn]))
-        elif transform.spec.urn == _ASSIGN_WINDOWS:
+            return DirectCombinePhase(transform.unique_name, self.combine_fn(payload), _PHASES[urn])
+        if urn == _ASSIGN_WINDOWS:
             # A WindowInto: its windows are its output's windowing strategy's.
             [out] = transform.outputs.values()
-            assign = pickler.dumps((AssignWindows(windowing_of(out).windowfn), (), {}, None, None))
-            steps.append(DirectStep(transform.unique_name, assign, windowing.windowfn))
-        elif transform.spec.urn == _PRECOMBINE:
-            if shuffle is None:
-                return None
-            payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.CombinePayload)
-            precombine = DirectCombine(transform.unique_name, combine_fn(payload), windowing)
-        else:
-            payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
-            if (payload.state_specs or payload.timer_family_specs or payload.restriction_coder_id
-                    or payload.requests_finalization):
-                return None
-            try:
-                dofn_data = core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
-            except ValueError:
-                return None  # a DoFn of another SDK's or an unknown stateless kind
-            if simple_dofn(dofn_data) is not None:
-                return None
-            views = []
-            if payload.side_inputs:
-                if not isinstance(windowing.windowfn, GlobalWindows):
-                    return None
-                for tag in sorted(payload.side_inputs, key=sideinputs.get_sideinput_index):
-                    proto = payload.side_inputs[tag]
-                    found = side_input(transform.unique_name, tag, transform.inputs[tag])
-                    if (found is None or proto.access_pattern.urn != common_urns.side_inputs.ITERABLE.urn
-                            or not isinstance(windowing_of(transform.inputs[tag]).windowfn, GlobalWindows)):
-                        return None
-                    index, coder = found
-                    views.append(DirectSideInput(index, proto.view_fn.payload, coder))
-            steps.append(DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views)))
-        [pcoll] = transform.outputs.values()
-    if not steps and precombine is None:
-        return None
-    if len(steps) + (precombine is not None) + flattens + (1 if terminal else 2) != len(transforms):
-        return None
-    return DirectChain(tuple(steps), input_coder, output_coder, precombine=precombine, shuffle=shuffle,
-                       partitions=partitions)
+            assign = pickler.dumps((AssignWindows(self.windowing_of(out).windowfn), (), {}, None, None))
+            return DirectStep(transform.unique_name, assign, windowing.windowfn)
+        payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+        if (payload.state_specs or payload.timer_family_specs or payload.restriction_coder_id
+                or payload.requests_finalization):
+            raise _NotDirect
+        try:
+            dofn_data = core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
+        except ValueError:
+            raise _NotDirect from None  # a DoFn of another SDK's or an unknown stateless kind
+        if simple_dofn(dofn_data) is not None:
+            raise _NotDirect
+        views = []
+        if payload.side_inputs:
+            if not isinstance(windowing.windowfn, GlobalWindows):
+                raise _NotDirect
+            for tag in sorted(payload.side_inputs, key=sideinputs.get_sideinput_index):
+                proto = payload.side_inputs[tag]
+                found = self.side_input(transform.unique_name, tag, transform.inputs[tag])
+                if (found is None or proto.access_pattern.urn != common_urns.side_inputs.ITERABLE.urn
+                        or not isinstance(self.windowing_of(transform.inputs[tag]).windowfn, GlobalWindows)):
+                    raise _NotDirect
+                index, coder = found
+                views.append(DirectSideInput(index, proto.view_fn.payload, coder))
+        tagged = len(transform.outputs) > 1
+        return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views), tagged=tagged)
 
 
 def _is_side_tag(transform: beam_runner_api_pb2.PTransform, tag: str) -> bool:
     if transform.spec.urn != common_urns.primitives.PAR_DO.urn:
         return False
-    from apache_beam.utils import proto_utils
-
     payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
     return tag in payload.side_inputs

@@ -20,7 +20,7 @@ from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
 from beam_ext.runner._shuffle import ShuffleWriter
-from beam_ext.runner.planning._direct_chain import direct_chain
+from beam_ext.runner.planning._direct_chain import DirectEnd, direct_chain
 from beam_ext.runner.planning._phases import SDF_PROCESS_URN
 from beam_ext.runner.planning._test_stream import TestStreamSpec, test_stream_spec
 from beam_ext.runner.worker import StageSpec
@@ -239,14 +239,13 @@ class StagePlanner:
             state_backend=self.state[0] if planned.keyed else "memory",
             state_memory_bytes=self.state[1])
         if (not self.streaming and not planned.keyed and not planned.spread and not stage.timers
-                and len(inputs) == 1 and len(outputs) <= 1):
-            # No output: the stage's line ends with the pipeline (a last Map, an assert).
-            planned.direct = self._direct_chain(stage, input_coders[0], output_pcolls[0] if outputs else None,
-                                                outputs[0] if outputs else None, side_inputs)
+                and len(inputs) == 1):
+            planned.direct = self._direct_chain(stage, input_coders[0], output_ids, outputs, output_pcolls,
+                                                side_inputs)
         return planned
 
-    def _direct_chain(self, stage: Stage, input_coder: Any, output_pcoll: str | None, output: bytes | None,
-                      side_inputs: list[SideInputSpec]) -> DirectChain | None:
+    def _direct_chain(self, stage: Stage, input_coder: Any, output_ids: dict[str, int], outputs: list[bytes],
+                      output_pcolls: list[str], side_inputs: list[SideInputSpec]) -> DirectChain | None:
         from apache_beam.internal import pickler
         from apache_beam.transforms import core
 
@@ -259,14 +258,16 @@ class StagePlanner:
         def combine_fn(payload: beam_runner_api_pb2.CombinePayload) -> bytes:
             return pickler.dumps((core.CombineFn.from_runner_api(payload.combine_fn, self._pipeline_context), [], {}))
 
-        shuffle = None
-        if output is not None and split_buffer_id(output)[0] == "group":
-            # The real coder, not the runner's bytes view: the chain encodes objects.
-            shuffle = ShuffleWriter(self._channel_coder(output_pcoll), self._group_spec(output).trivial)
-        output_coder = self._channel_coder(output_pcoll) if output_pcoll is not None else None
-        return direct_chain(stage.transforms, input_coder=input_coder, output_coder=output_coder,
-                            windowing_of=self._windowing, side_input=side_input, combine_fn=combine_fn,
-                            shuffle=shuffle, partitions=self._partitions)
+        ends = {}
+        for transform_id, index in output_ids.items():
+            coder = self._channel_coder(output_pcolls[index])
+            shuffle = None
+            if split_buffer_id(outputs[index])[0] == "group":
+                # The real coder, not the runner's bytes view: the chain encodes objects.
+                shuffle = ShuffleWriter(coder, self._group_spec(outputs[index]).trivial)
+            ends[transform_id] = DirectEnd(index, coder, shuffle)
+        return direct_chain(stage.transforms, input_coder=input_coder, ends=ends, windowing_of=self._windowing,
+                            side_input=side_input, combine_fn=combine_fn, partitions=self._partitions)
 
     def _windowing(self, pcoll: str):
         strategy = self._components.pcollections[pcoll].windowing_strategy_id

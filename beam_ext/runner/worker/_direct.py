@@ -54,6 +54,7 @@ from beam_ext.runner._shuffle import Buckets, KeyedValues, ShuffleWriter
 from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
+from beam_ext.runner.worker._branches import PAUSE, Tagged, fork
 from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
 from beam_ext.runner.worker._plain_accumulators import plain_accumulators, plain_tuple_accumulators
 from beam_ext.runner.worker._projection import project, projection, traceable
@@ -92,12 +93,14 @@ class AssignWindows(core.DoFn):
 class DirectStep:
     """One ``Map``-like step: its name (Beam's transform id), pickled DoFn info,
     the window function of its input (which assigns a ``TimestampedValue``
-    output's windows) and its side inputs, in Beam's argument order."""
+    output's windows) and its side inputs, in Beam's argument order.
+    ``tagged``: the step has tagged outputs (its chain then forks after it)."""
 
     name: str
     payload: bytes
     window_fn: Any
     side_inputs: tuple[DirectSideInput, ...] = ()
+    tagged: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +131,10 @@ class DirectChain:
     With ``shuffle`` the output feeds a GroupByKey: the task yields
     ``(target partition, blob)`` pairs over ``partitions``, not elements.
     ``output_coder`` is None where no step reads the output.
+
+    With ``branches`` the line forks after its steps (see
+    :mod:`._branches`): each branch is a chain of its own, ending at one of
+    the stage's outputs, ``output`` its index (None: no step reads it).
     """
 
     steps: tuple[DirectStep | DirectCombinePhase, ...]
@@ -136,6 +143,24 @@ class DirectChain:
     precombine: DirectCombine | None = None
     shuffle: ShuffleWriter | None = None
     partitions: int = 0
+    branches: tuple[DirectBranch, ...] = ()
+    output: int | None = 0
+
+    def ends(self) -> Iterator[DirectChain]:
+        """The chains where the stage's lines end: this one, or its branches' ends."""
+        if not self.branches:
+            yield self
+        for branch in self.branches:
+            yield from branch.chain.ends()
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectBranch:
+    """A branch of a chain that forks: the output it reads of the chain's last
+    step (a tag, or ``MAIN_TAG``) and the chain of steps it runs."""
+
+    tag: str
+    chain: DirectChain
 
 
 class _Tracker:
@@ -172,6 +197,11 @@ _STEP_TAG = "[while running '%s']"
 
 class StepFailed(BeamExtError, RuntimeError):
     """A step of a direct chain raised; the message names it as Beam's bundle processor does."""
+
+
+def _failed(name: str) -> StepFailed:
+    """The error being handled, its step named after its message, as Beam's bundle processor names it."""
+    return StepFailed(traceback.format_exc().rstrip("\n") + " " + _STEP_TAG % name)
 
 
 def decoded_batches(coder: Any, limit_bytes: int, chunks: Iterable[bytes]) -> Iterator[list]:
@@ -278,11 +308,13 @@ def _checks_output(dofn: Any) -> bool:
 
 
 def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, tracker: _Tracker,
-              state: _State, batches: Iterator[Same | list], needs_setup: bool = False) -> Iterator[Same | list]:
+              state: _State, batches: Iterator[Same | list], needs_setup: bool = False,
+              tagged: bool = False) -> Iterator[Same | list]:
     from apache_beam.pvalue import TaggedOutput
     from apache_beam.transforms.window import TimestampedValue, WindowFn
     from apache_beam.utils.windowed_value import WindowedValue
 
+    windowing = (WindowedValue, TimestampedValue)
     special = (WindowedValue, TimestampedValue, TaggedOutput)
     plain_types: set = set()
     windows_at = assigner(window_fn)
@@ -301,7 +333,12 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             if len(wv.windows) != 1:
                 out.windows *= len(wv.windows)
             return out
-        raise ValueError(f"emitted TaggedOutput({result.tag!r}, ...), but the step has no tagged outputs")
+        if not tagged:
+            raise ValueError(f"emitted TaggedOutput({result.tag!r}, ...), but the step has no tagged outputs")
+        if not isinstance(result.tag, str):
+            raise TypeError(f"In {name}, tag {result.tag!r} is not a string")  # as Beam's output handler
+        value = result.value
+        return Tagged(result.tag, output(wv, value) if isinstance(value, windowing) else wv.with_value(value))
 
     def outputs(template: Any, results: list) -> Same | list:
         """``results`` of elements windowed as ``template``, as the next step's batch."""
@@ -314,9 +351,11 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                         return as_batch([new_windowed(r.value, (micros := r.timestamp.micros), windows_at(micros))
                                          for r in results])
                     # Elements that may share windowing again (Reshuffle's
-                    # restored timestamps, all the minimum): checked.
-                    return as_batch([output(template, r) if isinstance(r, special) else template.with_value(r)
-                                  for r in results])
+                    # restored timestamps, all the minimum): checked. A
+                    # tagged step's are split by tag first (see _branches).
+                    out = [output(template, r) if isinstance(r, special) else template.with_value(r)
+                           for r in results]
+                    return out if tagged else as_batch(out)
                 plain_types.add(kind)
         return Same(template, results)
 
@@ -325,7 +364,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
         try:
             dofn.setup()  # once per instance: the pool keeps it for later tasks
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
-            raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
+            raise _failed(name) from exc
     if type(dofn) is AssignWindows and (assign := assigner(dofn.windowfn)) is not None:
         yield from _assign_windows(name, assign, tracker, state, batches)
         return
@@ -347,6 +386,9 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
     extra = [repeat(arg) for arg in args]
     process = (lambda value: call(value, *args)) if args else call
     for batch in batches:
+        if batch is PAUSE:
+            yield batch
+            continue
         # Again for every batch: a bundle processor run in between (another
         # stage of the task, while this chain waits for input) resets it.
         tracker.enter(state)
@@ -378,7 +420,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             if out:
                 yield outputs(template, out)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
-            raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
+            raise _failed(name) from exc
 
 
 def _assign_windows(name: str, windows_at: Callable[[int], tuple], tracker: _Tracker, state: _State,
@@ -388,6 +430,9 @@ def _assign_windows(name: str, windows_at: Callable[[int], tuple], tracker: _Tra
     each element once per window it was in, since Beam calls it per window;
     timestamp kept, pane unknown. A batch sharing a timestamp is assigned once."""
     for batch in batches:
+        if batch is PAUSE:
+            yield batch
+            continue
         tracker.enter(state)
         try:
             if type(batch) is Same:
@@ -406,7 +451,7 @@ def _assign_windows(name: str, windows_at: Callable[[int], tuple], tracker: _Tra
                     out.append(new_windowed(value, micros, new_windows))
             yield out
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
-            raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
+            raise _failed(name) from exc
 
 
 def _fan_out(out: list, results: Iterable, template: Any, outputs: Callable, tracker: _Tracker,
@@ -493,6 +538,9 @@ def _run_with_params(name: str, invoker: tuple[Callable, bool], check: bool, out
     observes its window."""
     call, observes_window = invoker
     for batch in batches:
+        if batch is PAUSE:
+            yield batch
+            continue
         tracker.enter(state)
         try:
             if type(batch) is Same:
@@ -523,7 +571,7 @@ def _run_with_params(name: str, invoker: tuple[Callable, bool], check: bool, out
             if elements:
                 yield elements
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
-            raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
+            raise _failed(name) from exc
 
 
 def _check_result(results: Any) -> None:
@@ -579,6 +627,9 @@ def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State,
     executor.combine_fn.setup()
     try:
         for batch in batches:
+            if batch is PAUSE:
+                yield batch
+                continue
             tracker.enter(state)
             try:
                 if type(batch) is Same:
@@ -586,7 +637,7 @@ def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State,
                 else:
                     out = [wv.with_value(keyed(wv.value)) for wv in batch]
             except Exception as exc:  # noqa: BLE001 - re-raised naming the step
-                raise StepFailed(traceback.format_exc() + _STEP_TAG % phase.name) from exc
+                raise _failed(phase.name) from exc
             yield out
     finally:
         executor.combine_fn.teardown()
@@ -620,6 +671,9 @@ def _run_fields(name: str, fields: AggregatedFields, tracker: _Tracker, state: _
     windowing kept."""
     pairs = fields.pairs
     for batch in batches:
+        if batch is PAUSE:
+            yield batch
+            continue
         tracker.enter(state)
         try:
             if type(batch) is Same:
@@ -627,7 +681,7 @@ def _run_fields(name: str, fields: AggregatedFields, tracker: _Tracker, state: _
             else:
                 out = [wv.with_value(pair) for wv, pair in zip(batch, pairs([wv.value for wv in batch]))]
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
-            raise StepFailed(traceback.format_exc() + _STEP_TAG % name) from exc
+            raise _failed(name) from exc
         yield out
 
 
@@ -859,6 +913,9 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     combine_fn.setup()
     try:
         for batch in batches:
+            if batch is PAUSE:
+                yield batch
+                continue
             out: list = []
             tracker.enter(state)
             try:
@@ -892,14 +949,14 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
                 else:
                     add_windowed(batch, out)
             except Exception as exc:  # noqa: BLE001 - re-raised naming the step
-                raise StepFailed(traceback.format_exc() + _STEP_TAG % combine.name) from exc
+                raise _failed(combine.name) from exc
             if out:
                 yield Same(global_wv, out) if default else out
         tracker.enter(state)
         try:
             out = sessions.flush() if sessions is not None else [emit(wkey, entry) for wkey, entry in table.items()]
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
-            raise StepFailed(traceback.format_exc() + _STEP_TAG % combine.name) from exc
+            raise _failed(combine.name) from exc
         table.clear()
         window_of.clear()
         if out:
@@ -908,16 +965,18 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
         combine_fn.teardown()
 
 
-def _shuffled(chain: DirectChain, batches: Iterator[list]) -> Iterator[tuple[int, bytes]]:
+def _shuffled(chain: DirectChain, last: str, batches: Iterator[list]) -> Iterator[tuple[int, bytes]]:
     """``(target partition, blob)`` pairs of the chain's output, as the bundle
     processor's would be packed; a trivial grouping's values are gathered by
-    key first (:class:`KeyedValues`)."""
-    last = chain.precombine.name if chain.precombine is not None else chain.steps[-1].name
+    key first (:class:`KeyedValues`). ``last``: the step whose output it is."""
     shuffle = chain.shuffle
     trivial = shuffle.trivial
     buckets = KeyedValues(chain.partitions) if trivial else Buckets(chain.partitions)
     encoders = shuffle.value_encoders() if trivial else None
     for batch in batches:
+        if batch is PAUSE:
+            yield batch
+            continue
         try:
             if encoders is None:
                 yield from buckets.add(shuffle.pairs(windowed(batch)))
@@ -926,8 +985,28 @@ def _shuffled(chain: DirectChain, batches: Iterator[list]) -> Iterator[tuple[int
             else:
                 yield from buckets.add([wv.value for wv in windowed(batch)], *encoders)
         except Exception as exc:  # noqa: BLE001 - an output the GroupByKey's coder refuses
-            raise StepFailed(traceback.format_exc() + _STEP_TAG % last) from exc
+            raise _failed(last) from exc
     yield from buckets.flush()
+
+
+def _encoded(coder: Any, batches: Iterator[Same | list]) -> Iterator[bytes]:
+    """The elements of ``batches`` encoded with ``coder``, in chunks of about 4 MiB
+    (as the executor encodes a buffer: see ``_encode_partition``)."""
+    from apache_beam.coders.coder_impl import create_OutputStream
+
+    encode = coder.get_impl().encode_to_stream
+    out = create_OutputStream()
+    for batch in batches:
+        if batch is PAUSE:
+            yield batch
+            continue
+        for wv in windowed(batch):
+            encode(wv, out, True)
+        if out.size() >= 4 << 20:
+            yield out.get()
+            out = create_OutputStream()
+    if out.size():
+        yield out.get()
 
 
 def _views(step: DirectStep, side_inputs: Sequence[Sequence[bytes]]) -> list:
@@ -949,74 +1028,167 @@ def _views(step: DirectStep, side_inputs: Sequence[Sequence[bytes]]) -> list:
 
 def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Iterator[Same | list],
                      report: list, side_inputs: Sequence[Sequence[bytes]] = (),
-                     batches_out: bool = False) -> Iterator[Any]:
+                     batches_out: bool = False, indexed: bool = False) -> Iterator[Any]:
     """The chain's output for ``batches`` of its input (lists of
     ``WindowedValue``, or :class:`Same`): elements, batches of them if
     ``batches_out``, or ``(target partition, blob)`` pairs if it feeds a
-    GroupByKey. ``side_inputs``: the encoded chunks of the stage's side
+    GroupByKey. A chain that forks yields what each of its ends does, with
+    encoded chunks in place of elements, each as ``(output index, item)``
+    if ``indexed``. ``side_inputs``: the encoded chunks of the stage's side
     inputs, by index. Appends the task's serialized monitoring infos (user
     metrics per step) to ``report`` at the end."""
-    from apache_beam.internal.util import insert_values_in_args
-    from apache_beam.metrics.execution import MetricsContainer
     from apache_beam.runners.worker import statesampler
 
     if setup is not None:
         setup.apply()  # before the DoFns are unpickled
-    tracker = _Tracker()
-    containers = []
+    run = _ChainRun(side_inputs, batches_out, indexed)
     previous = statesampler.get_current_tracker()
-    acquired: list[tuple[bytes, tuple]] = []
-    fresh: set[int] = set()
-    steps = []
-    for step in chain.steps:
-        if isinstance(step, DirectCombinePhase):
-            steps.append((step, None))
-            continue
-        info, new = _dofn_pool.acquire(step.payload)
-        acquired.append((step.payload, info))
-        if new:
-            fresh.add(id(info))
-        steps.append((step, info))
-    # CombineGlobally's key-with-None step, folded into its partial combine
-    # (the values need no key to be grouped by); it has no metrics of its own.
-    unkeyed = bool(chain.precombine is not None and chain.precombine.windowing.is_default() and steps
-                   and steps[-1][1] is not None and _map_fn(steps[-1][1][0]) is _key_with_none)
-    if unkeyed:
-        steps.pop()
-    # GroupBy(...).aggregate_field(...)'s pairs, read by field name for a
-    # partial combine of plain accumulators (see _schema_group_by).
-    fields, fields_step = None, None
-    if (chain.precombine is not None and not unkeyed and steps and steps[-1][1] is not None
-            and not steps[-1][0].side_inputs):
-        fn = _map_fn(steps[-1][1][0])
-        fields = aggregated_fields(fn) if fn is not None else None
-        if fields is not None and _takes_fields(chain.precombine, fields):
-            fields_step = steps[-1][0]
-        else:
-            fields = None
-    # A WindowInto just before the combine (or its fields' step), into
-    # sessions it merges or fixed or sliding windows: folded in (see
-    # _precombine's ``folded``).
-    at = len(steps) - (1 if fields is None else 2)
-    folded = None
-    if (chain.precombine is not None and at >= 0 and steps[at][1] is not None
-            and type(steps[at][1][0]) is AssignWindows
-            and steps[at][1][0].windowfn == chain.precombine.windowing.windowfn
-            and (merges_partially(chain.precombine.windowing)
-                 or keyed_assigner(chain.precombine.windowing.windowfn) is not None)):
-        folded = steps.pop(at)[1][0].windowfn
     try:
-        # A first step that only picks fields may take batches held as columns.
-        picks = steps and steps[0][1] is not None and _picks_fields(steps[0][0], steps[0][1])
-        if not picks:
+        batches = run.line(chain, batches, root=True)
+        if chain.branches:
+            yield from run.forked(chain, batches, "")
+        elif chain.shuffle is not None:
+            yield from _shuffled(chain, _last_step(chain, ""), batches)
+        elif batches_out:
+            yield from batches
+        else:
+            for batch in batches:
+                yield from windowed(batch)
+        run.release()
+    finally:
+        statesampler.set_current_tracker(previous)
+        run.discard()  # the task failed or was abandoned: Beam drops such instances
+    report.append(run.report())
+
+
+def _last_step(chain: DirectChain, before: str) -> str:
+    """The name of the last step run on a chain's line; ``before``, the one before it, if it has none."""
+    if chain.precombine is not None:
+        return chain.precombine.name
+    return chain.steps[-1].name if chain.steps else before
+
+
+def _dropped(batches: Iterator[Any]) -> Iterator[Any]:
+    """Runs a line nothing reads the output of; passes on its pauses."""
+    for batch in batches:
+        if batch is PAUSE:
+            yield batch
+
+
+def _indexed(index: int, items: Iterator[Any]) -> Iterator[Any]:
+    for item in items:
+        yield item if item is PAUSE else (index, item)
+
+
+class _ChainRun:
+    """One task's run of a chain: its steps' DoFn instances and metrics, line by line."""
+
+    def __init__(self, side_inputs: Sequence[Sequence[bytes]], batches_out: bool, indexed: bool) -> None:
+        self.side_inputs = side_inputs
+        self.batches_out = batches_out
+        self.indexed = indexed
+        self.tracker = _Tracker()
+        self.containers: list[tuple[str, Any]] = []
+        self.acquired: list[tuple[bytes, tuple]] = []
+        self.fresh: set[int] = set()
+
+    def release(self) -> None:
+        for payload, info in self.acquired:
+            _dofn_pool.release(payload, info)
+        self.acquired = []
+
+    def discard(self) -> None:
+        for _, info in self.acquired:
+            _dofn_pool.discard(info)
+        self.acquired = []
+
+    def report(self) -> bytes:
+        infos = [info for name, container in self.containers
+                 for info in container.to_runner_api_monitoring_infos(name).values()]
+        return beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=infos).SerializeToString()
+
+    def forked(self, chain: DirectChain, batches: Iterator[Any], before: str) -> Iterator[Any]:
+        """The outputs of the ends of a chain's branches, run on its line's ``batches``."""
+        last = _last_step(chain, before)
+
+        def branch(chain: DirectChain) -> Callable[[Iterator[Any]], Iterator[Any]]:
+            return lambda inbox: self.ended(chain, self.line(chain, inbox), last)
+
+        tagged = bool(chain.steps) and getattr(chain.steps[-1], "tagged", False)
+        return fork(batches, [(b.tag, branch(b.chain)) for b in chain.branches], tagged)
+
+    def ended(self, chain: DirectChain, batches: Iterator[Any], before: str) -> Iterator[Any]:
+        """What a branch's line yields at its end: handed batches, encoded
+        chunks or shuffle pairs (with its output's index if ``indexed``)."""
+        if chain.branches:
+            return self.forked(chain, batches, before)
+        if chain.output is None:
+            return _dropped(batches)
+        if self.batches_out:
+            return batches
+        if chain.shuffle is not None:
+            out = _shuffled(chain, _last_step(chain, before), batches)
+        else:
+            out = _encoded(chain.output_coder, batches)
+        return _indexed(chain.output, out) if self.indexed else out
+
+    def line(self, chain: DirectChain, batches: Iterator[Any], root: bool = False) -> Iterator[Any]:
+        """The batches out of a chain's steps (and partial combine), run on ``batches``."""
+        from apache_beam.internal.util import insert_values_in_args
+        from apache_beam.metrics.execution import MetricsContainer
+
+        tracker, fresh = self.tracker, self.fresh
+        steps = []
+        for step in chain.steps:
+            if isinstance(step, DirectCombinePhase):
+                steps.append((step, None))
+                continue
+            info, new = _dofn_pool.acquire(step.payload)
+            self.acquired.append((step.payload, info))
+            if new:
+                fresh.add(id(info))
+            steps.append((step, info))
+        # CombineGlobally's key-with-None step, folded into its partial combine
+        # (the values need no key to be grouped by); it has no metrics of its own.
+        unkeyed = bool(chain.precombine is not None and chain.precombine.windowing.is_default() and steps
+                       and steps[-1][1] is not None and _map_fn(steps[-1][1][0]) is _key_with_none)
+        if unkeyed:
+            steps.pop()
+        # GroupBy(...).aggregate_field(...)'s pairs, read by field name for a
+        # partial combine of plain accumulators (see _schema_group_by).
+        fields, fields_step = None, None
+        if (chain.precombine is not None and not unkeyed and steps and steps[-1][1] is not None
+                and not steps[-1][0].side_inputs):
+            fn = _map_fn(steps[-1][1][0])
+            fields = aggregated_fields(fn) if fn is not None else None
+            if fields is not None and _takes_fields(chain.precombine, fields):
+                fields_step = steps[-1][0]
+            else:
+                fields = None
+        # A WindowInto just before the combine (or its fields' step), into
+        # sessions it merges or fixed or sliding windows: folded in (see
+        # _precombine's ``folded``).
+        at = len(steps) - (1 if fields is None else 2)
+        folded = None
+        if (chain.precombine is not None and at >= 0 and steps[at][1] is not None
+                and type(steps[at][1][0]) is AssignWindows
+                and steps[at][1][0].windowfn == chain.precombine.windowing.windowfn
+                and (merges_partially(chain.precombine.windowing)
+                     or keyed_assigner(chain.precombine.windowing.windowfn) is not None)):
+            folded = steps.pop(at)[1][0].windowfn
+        # A first step that only picks fields may take batches held as columns
+        # (a branch's batches come from steps, never as columns).
+        picks = root and steps and steps[0][1] is not None and _picks_fields(steps[0][0], steps[0][1])
+        if root and not picks:
             batches = as_batches(batches)
         for n, (step, info) in enumerate(steps):
             container = MetricsContainer(step.name)
-            containers.append((step.name, container))
+            self.containers.append((step.name, container))
             if n == 0 and picks:
                 batches = _run_picking(step, info[0], tracker, _State(container), batches,
                                        needs_setup=id(info) in fresh)
-                if len(steps) > 1 or chain.precombine is not None or chain.shuffle is not None or not batches_out:
+                if (len(steps) > 1 or chain.precombine is not None or chain.shuffle is not None or chain.branches
+                        or not self.batches_out):
                     batches = as_batches(batches)
             elif info is None:
                 batches = _run_phase(step, tracker, _State(container), batches)
@@ -1025,28 +1197,12 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
             else:
                 dofn, args, kwargs, _, _ = info
                 if step.side_inputs:
-                    args, kwargs = insert_values_in_args(args, kwargs, _views(step, side_inputs))
+                    args, kwargs = insert_values_in_args(args, kwargs, _views(step, self.side_inputs))
                 batches = _run_step(step.name, dofn, tuple(args), dict(kwargs), step.window_fn, tracker,
-                                    _State(container), batches, needs_setup=id(info) in fresh)
+                                    _State(container), batches, needs_setup=id(info) in fresh, tagged=step.tagged)
         if chain.precombine is not None:
             container = MetricsContainer(chain.precombine.name)
-            containers.append((chain.precombine.name, container))
+            self.containers.append((chain.precombine.name, container))
             batches = _precombine(chain.precombine, tracker, _State(container), batches, unkeyed=unkeyed,
                                   folded=folded, fields=fields)
-        if chain.shuffle is not None:
-            yield from _shuffled(chain, batches)
-        elif batches_out:
-            yield from batches
-        else:
-            for batch in batches:
-                yield from windowed(batch)
-        for payload, info in acquired:
-            _dofn_pool.release(payload, info)
-        acquired = []
-    finally:
-        statesampler.set_current_tracker(previous)
-        for _, info in acquired:  # the task failed or was abandoned: Beam drops such instances
-            _dofn_pool.discard(info)
-    infos = [info for name, container in containers
-             for info in container.to_runner_api_monitoring_infos(name).values()]
-    report.append(beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=infos).SerializeToString())
+        return batches
