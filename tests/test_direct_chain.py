@@ -251,22 +251,3 @@ def test_a_failing_setup_names_the_step(spark, tmp_path):
                  | beam.io.WriteToText(str(tmp_path / "out")))
     assert info.value.step == "Connect"
     assert "cannot reach the price service" in str(info.value)
-
-
-class _Batching(beam.DoFn):
-    def start_bundle(self):
-        self._n = 0
-
-    def process(self, x):
-        self._n += 1
-        yield x
-
-
-def test_a_dofn_that_sees_bundles_keeps_the_bundle_processor(spark, tmp_path, caplog):
-    path = _lines(tmp_path / "in.txt", ["x", "y"])
-    with caplog.at_level(logging.DEBUG, logger="beam_ext.runner"):
-        with beam.Pipeline(runner=SparkRunner()) as p:
-            _ = (p | beam.io.ReadFromText(path) | beam.ParDo(_Batching())
-                 | beam.io.WriteToText(str(tmp_path / "out")))
-    assert DIRECT not in caplog.text
-    assert _read_lines(str(tmp_path / "out")) == ["x", "y"]

@@ -39,6 +39,26 @@ BATCH = 512
 BOUNDED = WindowedValue(None, MIN_TIMESTAMP, (GlobalWindow(),))
 
 
+class Marker:
+    """Not a batch, but a sign between batches that each step passes on as it is."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+#: A branch's input has nothing yet (see :mod:`beam_ext.runner.worker._branches`).
+PAUSE = Marker("PAUSE")
+
+#: The stage's input bundle ends here, and another follows: a DoFn with
+#: ``start_bundle``/``finish_bundle`` finishes one bundle and starts the next.
+BUNDLE_END = Marker("BUNDLE_END")
+
+
 class Same:
     """A batch of values that share one timestamp, window set and pane: ``template``'s.
 
@@ -138,8 +158,9 @@ def batched(values: Iterable[Any], size: int = BATCH) -> Iterator[list]:
 
 
 def as_batch(batch: Same | list) -> Same | list:
-    """``batch`` as a :class:`Same` if it is one, or if its ``WindowedValue`` elements share their windowing."""
-    if type(batch) is Same or not batch:
+    """``batch`` as a :class:`Same` if it is one, or if its ``WindowedValue`` elements share their
+    windowing; a :class:`Marker` as it is."""
+    if type(batch) is not list or not batch:
         return batch
     first = batch[0]
     micros, windows, pane = first.timestamp_micros, first.windows, first.pane_info

@@ -348,8 +348,9 @@ class BatchExecutor:
             _LOG.debug("stage %s takes its groups as objects", stage.label)
             batches = self._read_grouped(stage.inputs[0], (chain.input_coder, stage.spec.bundle_bytes))
         else:
+            # A DoFn that sees bundles gets them cut from the encoded input, as Beam's bundle processor would.
             batches = self._read(stage.inputs[0]).mapPartitions(functools.partial(
-                decoded_batches, chain.input_coder, stage.spec.bundle_bytes))
+                decoded_batches, chain.input_coder, stage.spec.bundle_bytes, bundles=chain.sees_bundles()))
         self._chained.append(stage)
         buffers = list(dict.fromkeys(stage.outputs))  # a Partition's branches may all write one Flatten's
         shuffles = any(end.shuffle is not None for end in chain.ends())
@@ -394,7 +395,7 @@ class BatchExecutor:
         elements of a GroupByKey it alone reads as objects, never encoded."""
         [buffer_id] = stage.inputs
         return (buffer_id != IMPULSE_BUFFER and split_buffer_id(buffer_id)[0] == "group"
-                and self._only_reader(buffer_id) is stage)
+                and self._only_reader(buffer_id) is stage and _takes_objects(stage))
 
     def _written_once(self, buffer_id: bytes) -> bool:
         """Whether one stage writes ``buffer_id`` (a Flatten writes a buffer several times)."""
@@ -404,8 +405,7 @@ class BatchExecutor:
         """Whether ``buffer_id``'s only reader is a native step or a Map-like stage
         taking element objects, and it is written once."""
         reader = self._only_reader(buffer_id)
-        return (reader is not None and self._written_once(buffer_id)
-                and (reader.native is not None or reader.direct is not None))
+        return reader is not None and self._written_once(buffer_id) and _takes_objects(reader)
 
     def _all_read_as_objects(self, buffer_id: bytes) -> bool:
         """Whether every stage reading ``buffer_id`` (written once) as a main
@@ -417,8 +417,7 @@ class BatchExecutor:
         and counting it in a job of its own, as a buffer read twice is."""
         readers = [s for s in self._readers_of(buffer_id) if buffer_id in s.inputs]
         return (self._written_once(buffer_id) and buffer_id in self._driver_values and bool(readers)
-                and all(s.inputs == [buffer_id] and (s.native is not None or s.direct is not None)
-                        for s in readers))
+                and all(s.inputs == [buffer_id] and _takes_objects(s) for s in readers))
 
     @contextlib.contextmanager
     def _action(self, stage: PlannedStage | None = None):
@@ -536,6 +535,14 @@ class _LatestReport(_AccumulatorParam):
     def addInPlace(self, a, b):
         a.update(b)
         return a
+
+
+def _takes_objects(stage: PlannedStage) -> bool:
+    """Whether ``stage`` may take its input as element objects: a native step,
+    or steps on objects none of which sees bundles (those are cut from the
+    encoded input by its size, ``--spark_bundle_size``, as Beam's bundle
+    processor cuts them)."""
+    return stage.native is not None or stage.direct is not None and not stage.direct.sees_bundles()
 
 
 def _count_readers(plan: Plan) -> dict[bytes, int]:

@@ -5,9 +5,9 @@ outputs (or the pipeline's end), it is a line of:
 
 - ParDos of a ``DoFn`` that takes only the element (and extra arguments):
   ``Map``, ``FlatMap``, ``Filter``, ``MapTuple``, Beam's own key-with-``None``
-  step of ``CombineGlobally``, or a ``DoFn`` subclass that overrides
-  neither ``start_bundle`` nor ``finish_bundle`` (``setup`` and
-  ``teardown`` run once per instance, kept between tasks); no state,
+  step of ``CombineGlobally``, or a ``DoFn`` subclass (``setup`` and
+  ``teardown`` run once per instance, kept between tasks; ``start_bundle``
+  and ``finish_bundle`` per bundle of the stage's input); no state,
   timers, splitting, batches, bundle finalization, ``DoFn.*Param``
   arguments other than ``TimestampParam``, ``WindowParam``,
   ``PaneInfoParam`` and ``WindowedValueParam`` (``WindowInto`` takes the
@@ -73,23 +73,35 @@ class DirectEnd:
     shuffle: ShuffleWriter | None
 
 
-def simple_dofn(payload: bytes) -> str | None:
-    """Why the pickled DoFn info is not a DoFn of the element alone, or None."""
+def _dofn(payload: bytes) -> Any:
+    """The DoFn of pickled DoFn info, or None where it does not unpickle on the driver (it keeps Beam's path)."""
     from apache_beam.internal import pickler
+
+    try:
+        return pickler.loads(payload)[0]
+    except Exception:  # noqa: BLE001 - unpicklable here: keep Beam's path
+        return None
+
+
+def sees_bundles(dofn: Any) -> bool:
+    """Whether ``dofn`` defines ``start_bundle`` or ``finish_bundle``."""
+    from apache_beam.transforms import core
+
+    return any(getattr(type(dofn), m) is not getattr(core.DoFn, m) for m in _BUNDLE_METHODS)
+
+
+def simple_dofn(dofn: Any) -> str | None:
+    """Why ``dofn`` is not a DoFn of the element alone, or None.
+
+    ``start_bundle`` and ``finish_bundle`` are allowed: the chain runs them
+    per bundle of the stage's input, cut as Beam's bundle processor cuts it.
+    ``setup`` and ``teardown`` see only the instance.
+    """
     from apache_beam.runners.common import DoFnSignature
     from apache_beam.transforms import core, userstate
 
-    try:
-        dofn = pickler.loads(payload)[0]
-    except Exception as exc:  # noqa: BLE001 - unpicklable here: keep Beam's path
-        return f"its DoFn does not unpickle on the driver ({exc})"
     if not isinstance(dofn, core.DoFn):
         return f"{type(dofn).__name__} is not a DoFn"
-    # Bundles are the bundle processor's (cut by --spark_bundle_size): a DoFn
-    # that sees them keeps its path. setup and teardown see only the instance.
-    bundle_methods = [m for m in _BUNDLE_METHODS if getattr(type(dofn), m) is not getattr(core.DoFn, m)]
-    if bundle_methods:
-        return f"{type(dofn).__name__} defines {', '.join(bundle_methods)}"
     signature = DoFnSignature(dofn)
     if any(True for _ in signature.get_setup_contexts()) or any(True for _ in signature.get_bundle_contexts()):
         return "it takes setup or bundle contexts"
@@ -252,7 +264,8 @@ class _LineBuilder:
             dofn_data = core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
         except ValueError:
             raise _NotDirect from None  # a DoFn of another SDK's or an unknown stateless kind
-        if simple_dofn(dofn_data) is not None:
+        dofn = _dofn(dofn_data)
+        if dofn is None or simple_dofn(dofn) is not None:
             raise _NotDirect
         views = []
         if payload.side_inputs:
@@ -266,8 +279,8 @@ class _LineBuilder:
                     raise _NotDirect
                 index, coder = found
                 views.append(DirectSideInput(index, proto.view_fn.payload, coder))
-        tagged = len(transform.outputs) > 1
-        return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views), tagged=tagged)
+        return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views),
+                          tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn))
 
 
 def _is_side_tag(transform: beam_runner_api_pb2.PTransform, tag: str) -> bool:

@@ -6,7 +6,8 @@ by what reads its end. Where a line forks, :func:`fork` hands each branch
 its share of every batch the line yields, and pulls that branch until it has
 used it. A branch with nothing to read gets :data:`PAUSE` from its input and
 passes it on to its end instead of finishing: every step of the line yields
-a ``PAUSE`` it is given as it is. So no branch reads ahead of the others,
+a ``PAUSE`` it is given as it is (as it does any :class:`Marker`; a
+bundle's end goes to every branch). So no branch reads ahead of the others,
 and no batch is held longer than it takes each branch to use it, whatever
 the steps keep (a partial combine emits only at the end).
 
@@ -19,21 +20,10 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable, Iterator, Sequence
 
-from beam_ext.runner._element_batches import Same, as_batch
+from beam_ext.runner._element_batches import PAUSE, Marker, Same, as_batch
 
 #: Beam's tag of a step's main output in the pipeline proto.
 MAIN_TAG = "None"
-
-
-class _Pause:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "PAUSE"
-
-
-#: The batch a branch's steps get when its input has nothing yet; each step yields it on.
-PAUSE = _Pause()
 
 _END = object()
 
@@ -97,9 +87,13 @@ def fork(batches: Iterator[Any], branches: Sequence[tuple[str, Callable[[Iterato
         if batch is PAUSE:  # this line is itself a branch, waiting for input
             yield batch
             continue
-        for tag, part in (_by_tag(batch) if tagged else {MAIN_TAG: batch}).items():
-            for inbox in readers.get(tag, ()):
-                inbox.append(part)
+        if type(batch) is Marker:  # a bundle's end: every branch's
+            for inbox in inboxes:
+                inbox.append(batch)
+        else:
+            for tag, part in (_by_tag(batch) if tagged else {MAIN_TAG: batch}).items():
+                for inbox in readers.get(tag, ()):
+                    inbox.append(part)
         for inbox, run in zip(inboxes, runs):
             if inbox:
                 for out in run:

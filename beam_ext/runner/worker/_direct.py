@@ -49,12 +49,22 @@ from apache_beam.transforms import combiners, core
 from apache_beam.utils.windowed_value import create as new_windowed
 
 from beam_ext.errors import BeamExtError
-from beam_ext.runner._element_batches import BATCH, Columns, Same, as_batch, as_batches, windowed
+from beam_ext.runner._element_batches import (
+    BATCH,
+    BUNDLE_END,
+    PAUSE,
+    Columns,
+    Marker,
+    Same,
+    as_batch,
+    as_batches,
+    windowed,
+)
 from beam_ext.runner._shuffle import Buckets, KeyedValues, ShuffleWriter
 from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
-from beam_ext.runner.worker._branches import PAUSE, Tagged, fork
+from beam_ext.runner.worker._branches import Tagged, fork
 from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
 from beam_ext.runner.worker._plain_accumulators import plain_accumulators, plain_tuple_accumulators
 from beam_ext.runner.worker._projection import project, projection, traceable
@@ -94,13 +104,15 @@ class DirectStep:
     """One ``Map``-like step: its name (Beam's transform id), pickled DoFn info,
     the window function of its input (which assigns a ``TimestampedValue``
     output's windows) and its side inputs, in Beam's argument order.
-    ``tagged``: the step has tagged outputs (its chain then forks after it)."""
+    ``tagged``: the step has tagged outputs (its chain then forks after it).
+    ``bundles``: its DoFn defines ``start_bundle`` or ``finish_bundle``."""
 
     name: str
     payload: bytes
     window_fn: Any
     side_inputs: tuple[DirectSideInput, ...] = ()
     tagged: bool = False
+    bundles: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +157,11 @@ class DirectChain:
     partitions: int = 0
     branches: tuple[DirectBranch, ...] = ()
     output: int | None = 0
+
+    def sees_bundles(self) -> bool:
+        """Whether a step of the chain or its branches runs per bundle: its input must be cut into bundles."""
+        return (any(getattr(step, "bundles", False) for step in self.steps)
+                or any(branch.chain.sees_bundles() for branch in self.branches))
 
     def ends(self) -> Iterator[DirectChain]:
         """The chains where the stage's lines end: this one, or its branches' ends."""
@@ -204,25 +221,40 @@ def _failed(name: str) -> StepFailed:
     return StepFailed(traceback.format_exc().rstrip("\n") + " " + _STEP_TAG % name)
 
 
-def decoded_batches(coder: Any, limit_bytes: int, chunks: Iterable[bytes]) -> Iterator[list]:
+def decoded_batches(coder: Any, limit_bytes: int, chunks: Iterable[bytes], bundles: bool = False) -> Iterator[Any]:
     """The elements of encoded ``chunks``, in batches of at most ``BATCH``
     elements that close once their encoded size reaches ``limit_bytes`` (the
     stage's bundle size): a batch of large elements (a grouping's values) is
-    never held whole."""
+    never held whole.
+
+    With ``bundles``, a :data:`BUNDLE_END` between the batches of two
+    bundles, cut as Beam's bundle processor cuts its input (``_bundles`` in
+    :mod:`._task`): a bundle closes once its elements reach ``limit_bytes``,
+    and none is left empty at the end.
+    """
     from apache_beam.coders.coder_impl import create_InputStream
 
     decode = coder.get_impl().decode_from_stream
     batch: list = []
     size = 0
+    bundle_size = 0
+    ended = False
     for chunk in chunks:
         stream = create_InputStream(chunk)
         left = len(chunk)
         while left > 0:
+            if ended:
+                yield BUNDLE_END
+                ended = False
             batch.append(decode(stream, True))
             now = stream.size()
             size += left - now
+            bundle_size += left - now
             left = now
-            if len(batch) == BATCH or size >= limit_bytes:
+            if bundles and bundle_size >= limit_bytes:
+                yield batch
+                batch, size, bundle_size, ended = [], 0, 0, True
+            elif len(batch) == BATCH or size >= limit_bytes:
                 yield batch
                 batch, size = [], 0
     if batch:
@@ -386,7 +418,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
     extra = [repeat(arg) for arg in args]
     process = (lambda value: call(value, *args)) if args else call
     for batch in batches:
-        if batch is PAUSE:
+        if type(batch) is Marker:
             yield batch
             continue
         # Again for every batch: a bundle processor run in between (another
@@ -423,6 +455,68 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             raise _failed(name) from exc
 
 
+def _in_bundles(name: str, dofn: Any, tagged: bool, tracker: _Tracker, state: _State, needs_setup: bool,
+                run: Callable[[Iterator[Any]], Iterator[Any]], batches: Iterator[Any]) -> Iterator[Any]:
+    """A step whose DoFn defines ``start_bundle`` or ``finish_bundle``, as
+    Beam's ``DoFnRunner`` runs it: ``start_bundle`` before a bundle's first
+    element, ``finish_bundle`` after its last, its outputs (``WindowedValue``
+    only, as Beam requires) passed on before the next bundle starts.
+    ``run(batches)`` is the step's run over elements; the bundles end where
+    ``batches`` hold :data:`BUNDLE_END`, and with the input."""
+    from apache_beam.pvalue import TaggedOutput
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    def call(method: Callable) -> Any:
+        tracker.enter(state)
+        try:
+            return method()
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+            raise _failed(name) from exc
+
+    def start() -> None:
+        results = call(dofn.start_bundle)
+        if results is not None:
+            raise StepFailed(f"Start Bundle should not output any elements but got {results!r} " + _STEP_TAG % name)
+
+    def checked(result: Any) -> Any:
+        tag = None
+        if isinstance(result, TaggedOutput):
+            tag = result.tag
+            if not isinstance(tag, str):
+                raise TypeError(f"In {name}, tag {tag!r} is not a string")
+            result = result.value
+        if not isinstance(result, WindowedValue):
+            raise RuntimeError(f"Finish Bundle should only output WindowedValue type but got {type(result)}")
+        if tag is None:
+            return result
+        if not tagged:
+            raise ValueError(f"emitted TaggedOutput({tag!r}, ...), but the step has no tagged outputs")
+        return Tagged(tag, result)
+
+    def finish() -> Iterator[list]:
+        # A batch at a time: a DoFn may emit much from finish_bundle (what it buffered).
+        results = iter(call(dofn.finish_bundle) or ())
+        while True:
+            tracker.enter(state)
+            try:
+                out = [checked(result) for result in islice(results, BATCH)]
+            except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+                raise _failed(name) from exc
+            if not out:
+                return
+            yield out if tagged else as_batch(out)
+
+    if needs_setup:
+        call(dofn.setup)  # before the first bundle starts
+    start()
+    for batch in run(batches):
+        if batch is BUNDLE_END:
+            yield from finish()
+            start()
+        yield batch
+    yield from finish()
+
+
 def _assign_windows(name: str, windows_at: Callable[[int], tuple], tracker: _Tracker, state: _State,
                     batches: Iterator[Same | list]) -> Iterator[Same | list]:
     """``WindowInto`` with one of Beam's standard window functions (see
@@ -430,7 +524,7 @@ def _assign_windows(name: str, windows_at: Callable[[int], tuple], tracker: _Tra
     each element once per window it was in, since Beam calls it per window;
     timestamp kept, pane unknown. A batch sharing a timestamp is assigned once."""
     for batch in batches:
-        if batch is PAUSE:
+        if type(batch) is Marker:
             yield batch
             continue
         tracker.enter(state)
@@ -538,7 +632,7 @@ def _run_with_params(name: str, invoker: tuple[Callable, bool], check: bool, out
     observes its window."""
     call, observes_window = invoker
     for batch in batches:
-        if batch is PAUSE:
+        if type(batch) is Marker:
             yield batch
             continue
         tracker.enter(state)
@@ -627,7 +721,7 @@ def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State,
     executor.combine_fn.setup()
     try:
         for batch in batches:
-            if batch is PAUSE:
+            if type(batch) is Marker:
                 yield batch
                 continue
             tracker.enter(state)
@@ -671,7 +765,7 @@ def _run_fields(name: str, fields: AggregatedFields, tracker: _Tracker, state: _
     windowing kept."""
     pairs = fields.pairs
     for batch in batches:
-        if batch is PAUSE:
+        if type(batch) is Marker:
             yield batch
             continue
         tracker.enter(state)
@@ -913,7 +1007,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     combine_fn.setup()
     try:
         for batch in batches:
-            if batch is PAUSE:
+            if type(batch) is Marker:
                 yield batch
                 continue
             out: list = []
@@ -974,8 +1068,9 @@ def _shuffled(chain: DirectChain, last: str, batches: Iterator[list]) -> Iterato
     buckets = KeyedValues(chain.partitions) if trivial else Buckets(chain.partitions)
     encoders = shuffle.value_encoders() if trivial else None
     for batch in batches:
-        if batch is PAUSE:
-            yield batch
+        if type(batch) is Marker:  # a bundle's end stops here
+            if batch is PAUSE:
+                yield batch
             continue
         try:
             if encoders is None:
@@ -997,8 +1092,9 @@ def _encoded(coder: Any, batches: Iterator[Same | list]) -> Iterator[bytes]:
     encode = coder.get_impl().encode_to_stream
     out = create_OutputStream()
     for batch in batches:
-        if batch is PAUSE:
-            yield batch
+        if type(batch) is Marker:  # a bundle's end stops here
+            if batch is PAUSE:
+                yield batch
             continue
         for wv in windowed(batch):
             encode(wv, out, True)
@@ -1050,10 +1146,13 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
         elif chain.shuffle is not None:
             yield from _shuffled(chain, _last_step(chain, ""), batches)
         elif batches_out:
-            yield from batches
+            for batch in batches:
+                if type(batch) is not Marker:
+                    yield batch
         else:
             for batch in batches:
-                yield from windowed(batch)
+                if type(batch) is not Marker:
+                    yield from windowed(batch)
         run.release()
     finally:
         statesampler.set_current_tracker(previous)
@@ -1125,7 +1224,7 @@ class _ChainRun:
         if chain.output is None:
             return _dropped(batches)
         if self.batches_out:
-            return batches
+            return (batch for batch in batches if batch is PAUSE or type(batch) is not Marker)
         if chain.shuffle is not None:
             out = _shuffled(chain, _last_step(chain, before), batches)
         else:
@@ -1198,8 +1297,13 @@ class _ChainRun:
                 dofn, args, kwargs, _, _ = info
                 if step.side_inputs:
                     args, kwargs = insert_values_in_args(args, kwargs, _views(step, self.side_inputs))
-                batches = _run_step(step.name, dofn, tuple(args), dict(kwargs), step.window_fn, tracker,
-                                    _State(container), batches, needs_setup=id(info) in fresh, tagged=step.tagged)
+                run = functools.partial(_run_step, step.name, dofn, tuple(args), dict(kwargs), step.window_fn,
+                                        tracker, _State(container), tagged=step.tagged)
+                if step.bundles:
+                    batches = _in_bundles(step.name, dofn, step.tagged, tracker, _State(container),
+                                          id(info) in fresh, run, batches)
+                else:
+                    batches = run(batches, needs_setup=id(info) in fresh)
         if chain.precombine is not None:
             container = MetricsContainer(chain.precombine.name)
             self.containers.append((chain.precombine.name, container))
