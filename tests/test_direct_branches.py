@@ -125,7 +125,7 @@ def test_an_error_in_a_branch_names_its_step():
     assert "ValueError: seven is not allowed" in message
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.lists(st.integers(-50, 200), max_size=60), bundle=st.sampled_from([1, 3, 1 << 20]))
 def test_forked_stages_equal_plain_python_and_beam(tmp_path_factory, values, bundle):
     # Bundle sizes of one element, a few, and the whole input: the result never depends on them.
@@ -133,7 +133,7 @@ def test_forked_stages_equal_plain_python_and_beam(tmp_path_factory, values, bun
     assert sorted(got, key=repr) == _routed_oracle(values)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.lists(st.integers(0, 1000), max_size=60), parts=st.integers(1, 5))
 def test_a_partition_flattened_and_grouped_equals_plain_python_and_beam(tmp_path_factory, values, parts):
     def build(p):

@@ -77,7 +77,7 @@ def _bundles(fn, values):
 
 @pytest.mark.parametrize("bundle_size", [1, 40, 1 << 20])
 def test_each_bundle_holds_what_beams_bundle_processor_gives_it(tmp_path, bundle_size):
-    values = list(range(200))
+    values = list(range(80))
     options = [f"--spark_bundle_size={bundle_size}"]
     assert _on_objects(_bundles(_Bundles(), values)) == 1
     assert _on_objects(_bundles(_BundlesFinalized(), values)) == 0
@@ -103,7 +103,7 @@ def test_a_dofn_flushing_in_finish_bundle_loses_and_repeats_nothing(tmp_path_fac
     assert sorted(got) == sorted([True, x] for x in values)
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.lists(st.integers(-100, 100), max_size=60), n=st.integers(1, 6))
 def test_top_equals_plain_python_and_beam(tmp_path_factory, values, n):
     def build(p):
