@@ -15,14 +15,17 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from apache_beam.internal import pickler
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.transforms.window import TimestampedValue
+from apache_beam.transforms.window import GlobalWindows, TimestampedValue
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from beam_ext import SlidingAggregate, SlidingWindow, agg
 from beam_ext.runner import PipelineError, SparkRunner
+from beam_ext.runner._element_batches import BATCH, BOUNDED, Same, windowed
+from beam_ext.runner.worker._direct import DirectChain, DirectStep, run_direct_chain
 
 DIRECT = "runs its steps on element objects"
 
@@ -251,3 +254,24 @@ def test_a_failing_setup_names_the_step(spark, tmp_path):
                  | beam.io.WriteToText(str(tmp_path / "out")))
     assert info.value.step == "Connect"
     assert "cannot reach the price service" in str(info.value)
+
+
+_MADE: list[int] = []
+
+
+def _many(x):
+    for i in range(2 * BATCH + 5):
+        _MADE.append(i)
+        yield x, i
+
+
+def test_a_generators_large_fan_out_is_passed_on_a_batch_at_a_time():
+    # In this process, no Spark: the chain reads the generator only as far as each batch it hands on.
+    _MADE.clear()
+    step = DirectStep("Explode", pickler.dumps((beam.FlatMap(_many).fn, (), {}, [], None)), GlobalWindows())
+    batches = run_direct_chain(DirectChain((step,), None, None), None, iter([Same(BOUNDED, [1, 2])]), [],
+                               batches_out=True)
+    first = next(batches)
+    assert len(windowed(first)) == BATCH == len(_MADE)
+    values = [wv.value for batch in (first, *batches) for wv in windowed(batch)]
+    assert values == [(x, i) for x in (1, 2) for i in range(2 * BATCH + 5)]

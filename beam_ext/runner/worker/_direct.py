@@ -42,6 +42,7 @@ import functools
 import traceback
 from itertools import chain as chained
 from itertools import islice, repeat
+from types import GeneratorType
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from apache_beam.portability.api import beam_fn_api_pb2
@@ -434,8 +435,23 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                 yield outputs(template, list(map(call, batch.values, *extra)))
                 continue
             out: list = []
+            append = out.append
             for value in batch.values:
                 results = process(value)
+                if type(results) is GeneratorType:
+                    # Read here as it yields, a batch at a time: a DoFn
+                    # yielding one result or none then costs little more
+                    # than its own work (a generator of _fan_out's per
+                    # element cost several times that), and a large fan-out
+                    # is never held whole.
+                    for result in results:
+                        append(result)
+                        if len(out) >= BATCH:
+                            yield outputs(template, out)
+                            out = []
+                            append = out.append
+                            tracker.enter(state)
+                    continue
                 if check:
                     _check_result(results)
                     check = False
@@ -445,9 +461,11 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                     out += results
                 else:
                     out = yield from _fan_out(out, results, template, outputs, tracker, state)
+                    append = out.append
                 if len(out) >= BATCH:
                     yield outputs(template, out)
                     out = []
+                    append = out.append
                     tracker.enter(state)
             if out:
                 yield outputs(template, out)
