@@ -1,8 +1,8 @@
 """Common Beam pipelines beyond the throughput table: SparkRunner against DirectRunner.
 
 Each pipeline is one users write every day (a CoGroupByKey, a Partition,
-tagged outputs, a stateful DoFn, GroupIntoBatches, Top, Distinct, side
-inputs, windowed groupings, ...), over ``--size`` generated numbers. Each
+tagged outputs, a DoFn flushing in finish_bundle, a stateful DoFn,
+GroupIntoBatches, Top, Distinct, side inputs, windowed groupings, ...), over ``--size`` generated numbers. Each
 runs once on SparkRunner to warm the session (local[2], the settings
 SparkRunner gives a session it starts), then ``--runs`` times on SparkRunner
 and on Beam's DirectRunner, alternating; every run writes its output, and
@@ -69,6 +69,24 @@ class _Mean(beam.CombineFn):
         return acc[0] / acc[1] if acc[1] else 0
 
 
+class _FlushesHundreds(beam.DoFn):
+    """Buffers elements and sends them on a hundred at a time, the rest when the
+    bundle finishes: what a DoFn batching calls to a service does."""
+
+    def start_bundle(self):
+        self._buffer = []
+
+    def process(self, x):
+        self._buffer.append(x)
+        if len(self._buffer) == 100:
+            yield sum(self._buffer)
+            self._buffer = []
+
+    def finish_bundle(self):
+        if self._buffer:
+            yield window.GlobalWindows.windowed_value(sum(self._buffer))
+
+
 class _ThreesApart(beam.DoFn):
     def process(self, x):
         yield beam.pvalue.TaggedOutput("threes", x) if x % 3 == 0 else x
@@ -108,6 +126,8 @@ CASES: dict[str, tuple[str, Callable]] = {
     "top_per_key": ("Top.PerKey(3), 100 keys", lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 100, x)) | beam.combiners.Top.PerKey(3))),
     "top_of": ("Top.Of(5)", lambda p, n: _numbers(p, n) | beam.combiners.Top.Of(5)),
+    "bundle_flush": ("DoFn flushing sums of 100 and the rest in finish_bundle, summed", lambda p, n: (
+        _numbers(p, n) | beam.ParDo(_FlushesHundreds()) | beam.CombineGlobally(sum))),
     "stateful_dofn": ("stateful DoFn (a running count per key), 1,000 keys", lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.ParDo(_RunningCount())
         | beam.CombinePerKey(max))),
