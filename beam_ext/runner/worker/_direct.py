@@ -15,8 +15,12 @@ steps run as Beam's ``DoFnRunner`` and ``PGBKCVOperation`` would run them:
   included, each given its view of all the side input's elements;
 - each output keeps the input's timestamp and windows; a ``TimestampedValue``
   is assigned windows by the step's window function, a ``WindowedValue``
-  kept, as Beam's ``_OutputHandler`` does; a ``TaggedOutput`` fails (the
-  step declares no tagged output);
+  kept, as Beam's ``_OutputHandler`` does; a ``TaggedOutput`` goes to the
+  branches reading its tag where the step declares tagged outputs (see
+  :mod:`beam_ext.runner.worker._branches`), and fails where it declares none;
+- a ``DoFn`` with ``start_bundle`` or ``finish_bundle`` runs them per bundle
+  of the stage's input, cut as Beam's bundle processor cuts it (see
+  :func:`decoded_batches` and :func:`_in_bundles`);
 - the partial combine keeps one accumulator per key (per key and window
   outside default windowing; per key and merged session in sessions, see
   :mod:`beam_ext.runner.worker._partial_sessions`), evicts a tenth of its
@@ -32,8 +36,8 @@ steps run as Beam's ``DoFnRunner`` and ``PGBKCVOperation`` would run them:
   partition;
 - ``Metrics`` used inside a step count under the step, as in Beam (a
   metrics container per step, reported with the task's other metrics);
-- an error is re-raised naming the step (``[while running '...']``), as
-  Beam's bundle processor tags it.
+- an error is re-raised naming the step (``[while running '...']`` after
+  its message), as Beam's bundle processor tags it.
 """
 from __future__ import annotations
 
@@ -249,13 +253,16 @@ def decoded_batches(coder: Any, limit_bytes: int, chunks: Iterable[bytes], bundl
                 ended = False
             batch.append(decode(stream, True))
             now = stream.size()
-            size += left - now
-            bundle_size += left - now
+            read = left - now
+            size += read
             left = now
-            if bundles and bundle_size >= limit_bytes:
-                yield batch
-                batch, size, bundle_size, ended = [], 0, 0, True
-            elif len(batch) == BATCH or size >= limit_bytes:
+            if bundles:
+                bundle_size += read
+                if bundle_size >= limit_bytes:
+                    yield batch
+                    batch, size, bundle_size, ended = [], 0, 0, True
+                    continue
+            if len(batch) == BATCH or size >= limit_bytes:
                 yield batch
                 batch, size = [], 0
     if batch:
