@@ -180,3 +180,33 @@ def test_the_fork_hands_each_branch_its_tag_in_order_and_holds_one_batch_at_a_ti
             assert len(held) == item[1][0]
     assert out[-1] == ("all", list(range(1, 1000, 2)))
     assert [values for kind, values in out[:-1]] == [[n] for n in range(0, 1000, 2)]
+
+
+class _Threes(beam.DoFn):
+    def process(self, x):
+        if x % 3 == 0:
+            yield beam.pvalue.TaggedOutput("threes", window.TimestampedValue(x, 7) if x == 30 else x)
+        else:
+            yield x
+
+
+def test_a_tagged_steps_plain_outputs_are_split_by_tag_without_an_element_each():
+    from apache_beam.metrics.execution import MetricsContainer
+    from apache_beam.transforms.window import GlobalWindows
+
+    from beam_ext.runner._element_batches import Same
+    from beam_ext.runner.worker import _direct
+
+    template = WindowedValue(None, 0, (window.GlobalWindow(),))
+    out = list(_direct._run_step("Route", _Threes(), (), {}, GlobalWindows(), _direct._Tracker(),
+                                 _direct._State(MetricsContainer("Route")),
+                                 iter([Same(template, list(range(10))), Same(template, list(range(28, 32)))]),
+                                 tagged=True))
+    # Plain values only: each tag's values share the input's windowing, as one batch.
+    assert type(out[0]) is _branches.ByTag
+    assert {tag: (part.template, part.values) for tag, part in _branches._by_tag(out[0]).items()} == {
+        "threes": (template, [0, 3, 6, 9]), _branches.MAIN_TAG: (template, [1, 2, 4, 5, 7, 8])}
+    # A TimestampedValue among them is windowed as Beam's output handler windows it.
+    parts = {tag: windowed(part) for tag, part in _branches._by_tag(out[1]).items()}
+    assert [(wv.value, wv.timestamp.micros) for wv in parts["threes"]] == [(30, 7_000_000)]
+    assert [wv.value for wv in parts[_branches.MAIN_TAG]] == [28, 29, 31]

@@ -39,6 +39,18 @@ class Tagged:
         self.value = value
 
 
+class ByTag:
+    """A tagged step's output batch already split by tag: each output's
+    :class:`Same` batch of plain values, by tag (``MAIN_TAG``: the untagged
+    ones). A step makes one where no result needs windowing of its own, so
+    no element is wrapped in a ``WindowedValue`` to be split."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: dict[str, Same]) -> None:
+        self.parts = parts
+
+
 def _inbox(queue: collections.deque) -> Iterator[Any]:
     while True:
         if not queue:
@@ -54,6 +66,8 @@ def _by_tag(batch: Same | list) -> dict[str, Same | list]:
     """A tagged step's output batch, split into the batches of each output."""
     if type(batch) is Same:  # no element went to a tagged output
         return {MAIN_TAG: batch}
+    if type(batch) is ByTag:
+        return batch.parts
     parts: dict[str, list] = {}
     for wv in batch:
         if type(wv) is Tagged:

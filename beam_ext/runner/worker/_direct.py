@@ -69,7 +69,7 @@ from beam_ext.runner._shuffle import Buckets, KeyedValues, ShuffleWriter
 from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
-from beam_ext.runner.worker._branches import Tagged, fork
+from beam_ext.runner.worker._branches import MAIN_TAG, ByTag, Tagged, fork
 from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
 from beam_ext.runner.worker._plain_accumulators import plain_accumulators, plain_tuple_accumulators
 from beam_ext.runner.worker._projection import project, projection, traceable
@@ -359,6 +359,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
     plain_types: set = set()
     windows_at = assigner(window_fn)
     stamped = {TimestampedValue}
+    tagged_only = {TaggedOutput}
 
     def output(wv: Any, result: Any) -> Any:
         """What Beam's ``_OutputHandler`` makes of a result that is not a plain value."""
@@ -380,23 +381,49 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
         value = result.value
         return Tagged(result.tag, output(wv, value) if isinstance(value, windowing) else wv.with_value(value))
 
-    def outputs(template: Any, results: list) -> Same | list:
+    def by_tag(template: Any, results: list) -> ByTag | None:
+        """A tagged step's plain ``results`` and ``TaggedOutput``s of plain
+        values, split by tag; None if one needs :func:`output`'s checks or windowing."""
+        parts: dict[str, list] = {}
+        main: list = []
+        append = main.append
+        for result in results:
+            if type(result) is not TaggedOutput:
+                append(result)
+                continue
+            value = result.value
+            if isinstance(value, windowing):
+                return None
+            part = parts.get(result.tag)
+            if part is not None:
+                part.append(value)
+            elif isinstance(result.tag, str):
+                parts[result.tag] = [value]
+            else:
+                return None
+        if main:
+            parts[MAIN_TAG] = main
+        return ByTag({tag: Same(template, values) for tag, values in parts.items()})
+
+    def outputs(template: Any, results: list) -> Same | ByTag | list:
         """``results`` of elements windowed as ``template``, as the next step's batch."""
         types = set(map(type, results))  # one pass in C; a type is checked once
         if not types <= plain_types:
-            for kind in types - plain_types:
-                if issubclass(kind, special):
-                    if windows_at is not None and types == stamped and len(template.windows) == 1:
-                        # All timestamped (a FlatMap stamping events): output() without its checks.
-                        return as_batch([new_windowed(r.value, (micros := r.timestamp.micros), windows_at(micros))
-                                         for r in results])
-                    # Elements that may share windowing again (Reshuffle's
-                    # restored timestamps, all the minimum): checked. A
-                    # tagged step's are split by tag first (see _branches).
-                    out = [output(template, r) if isinstance(r, special) else template.with_value(r)
-                           for r in results]
-                    return out if tagged else as_batch(out)
-                plain_types.add(kind)
+            specials = {kind for kind in types - plain_types if issubclass(kind, special)}
+            if specials:
+                if windows_at is not None and types == stamped and len(template.windows) == 1:
+                    # All timestamped (a FlatMap stamping events): output() without its checks.
+                    return as_batch([new_windowed(r.value, (micros := r.timestamp.micros), windows_at(micros))
+                                     for r in results])
+                if tagged and specials == tagged_only and (split := by_tag(template, results)) is not None:
+                    return split
+                # Elements that may share windowing again (Reshuffle's
+                # restored timestamps, all the minimum): checked. A
+                # tagged step's are split by tag next (see _branches).
+                out = [output(template, r) if isinstance(r, special) else template.with_value(r)
+                       for r in results]
+                return out if tagged else as_batch(out)
+            plain_types.update(types)
         return Same(template, results)
 
     if needs_setup:
