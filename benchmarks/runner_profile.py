@@ -16,6 +16,7 @@ encoding of it (``to_runner_api``), planning, the Spark jobs, and the rest.
     python benchmarks/runner_profile.py            # writes docs/benchmarks/runner_profile.md
     python benchmarks/runner_profile.py --quick    # smoke run
     python benchmarks/runner_profile.py --only SlidingAggregate --top 30   # one pipeline, its costliest functions
+    python benchmarks/runner_profile.py --common tagged,partition --top 20  # pipelines of runner_common.py
 """
 from __future__ import annotations
 
@@ -366,13 +367,35 @@ def write_report(results: dict, walls: dict[str, dict], out_dir: str, quick: boo
         json.dump(dict(results=results, walls=walls), f, indent=1)
 
 
+def profile_common(names: list[str], size: int, top: int) -> None:
+    """Profiles pipelines of ``runner_common.py`` by name, each over ``size`` numbers."""
+    import runner_common
+
+    # Its DoFns are pickled by reference to the module: the workers import it too.
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    spark = _session(True)
+    try:
+        for name in names:
+            _, build = runner_common.CASES[name]
+            profile(name, lambda p, build=build: build(p, size), spark, {}, top)
+    finally:
+        spark.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks"))
     parser.add_argument("--only", help="profile only the pipelines whose name contains this; writes no report")
     parser.add_argument("--top", type=int, default=0, help="with --only: print the N costliest functions")
+    parser.add_argument("--common", help="profile these pipelines of runner_common.py (comma-separated, "
+                                         "over --size numbers) instead; writes no report")
+    parser.add_argument("--size", type=int, default=1_000_000, help="with --common: numbers per pipeline")
     args = parser.parse_args()
+    if args.common:
+        profile_common(args.common.split(","), args.size, args.top)
+        return
     walls = unprofiled_walls(args.quick, args.only)
     spark = _session(True)
     tmp = tempfile.mkdtemp(prefix="beam_ext_profile_")
