@@ -186,6 +186,8 @@ class _Threes(beam.DoFn):
     def process(self, x):
         if x % 3 == 0:
             yield beam.pvalue.TaggedOutput("threes", window.TimestampedValue(x, 7) if x == 30 else x)
+        elif x == 5:
+            yield beam.pvalue.TaggedOutput(_branches.MAIN_TAG, x)  # the main output's tag in the proto
         else:
             yield x
 
@@ -205,7 +207,7 @@ def test_a_tagged_steps_plain_outputs_are_split_by_tag_without_an_element_each()
     # Plain values only: each tag's values share the input's windowing, as one batch.
     assert type(out[0]) is _branches.ByTag
     assert {tag: (part.template, part.values) for tag, part in _branches._by_tag(out[0]).items()} == {
-        "threes": (template, [0, 3, 6, 9]), _branches.MAIN_TAG: (template, [1, 2, 4, 5, 7, 8])}
+        "threes": (template, [0, 3, 6, 9]), _branches.MAIN_TAG: (template, [1, 2, 4, 7, 8, 5])}
     # A TimestampedValue among them is windowed as Beam's output handler windows it.
     parts = {tag: windowed(part) for tag, part in _branches._by_tag(out[1]).items()}
     assert [(wv.value, wv.timestamp.micros) for wv in parts["threes"]] == [(30, 7_000_000)]

@@ -402,7 +402,8 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             else:
                 return None
         if main:
-            parts[MAIN_TAG] = main
+            # Beam's bundle processor files its main output under "None" too.
+            parts[MAIN_TAG] = main + parts[MAIN_TAG] if MAIN_TAG in parts else main
         return ByTag({tag: Same(template, values) for tag, values in parts.items()})
 
     def outputs(template: Any, results: list) -> Same | ByTag | list:
