@@ -28,12 +28,10 @@ $(VENV)/.installed-test: setup.py | $(VENV)/bin/python
 demo: check-java $(VENV)/.installed
 	$(PY) examples/payments_features.py
 
-# Three pytest workers, each with its own local[2] SparkSession, a test file
+# Two pytest workers, each with its own local[2] SparkSession, a test file
 # each at a time: one worker alone leaves a third of two cores idle, as
-# small Spark jobs wait on their Python workers and on py4j; two still
-# leave the cores idle near half the time (the suite's processes used 14.8
-# CPU-minutes in 13.5 minutes), so a third fills some of it.
-PYTEST_WORKERS := -n 3 --dist loadfile
+# small Spark jobs wait on their Python workers and on py4j.
+PYTEST_WORKERS := -n 2 --dist loadfile
 
 test: check-java $(VENV)/.installed-test
 	$(PY) -m ruff check .

@@ -1,6 +1,6 @@
 """Shared fixtures: one local[2] SparkSession for the whole test session.
 
-``make test`` runs three pytest workers (pytest-xdist, whole files to each):
+``make test`` runs two pytest workers (pytest-xdist, whole files to each):
 each worker is a test session of its own, with one SparkSession.
 """
 from __future__ import annotations
