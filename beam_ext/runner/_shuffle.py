@@ -29,8 +29,10 @@ from beam_ext._key_hash import key_hash
 from beam_ext.runner._batch_panes import pane_driver
 from beam_ext.runner._element_batches import batched
 from beam_ext.runner._group_spill import KEY_OVERHEAD, VALUE_OVERHEAD, ExternalGrouping, Group, SpillStats
+from beam_ext.runner._row_columns import RowColumns
 
 _CHUNK_BYTES = 4 << 20
+_SIZED = frozenset({str, bytes})  # field values whose length counts against a KeyedValues budget
 
 
 def identity_partition(partition: int) -> int:
@@ -83,9 +85,10 @@ def as_decoded(panes: Iterable[windowed_value.WindowedValue]) -> Iterator[window
 class ShuffleWriter:
     """Splits encoded windowed KVs into ``(key bytes, payload)`` pairs."""
 
-    def __init__(self, pre_coder: coders.WindowedValueCoder, trivial: bool) -> None:
+    def __init__(self, pre_coder: coders.WindowedValueCoder, trivial: bool, rows: RowColumns | None = None) -> None:
         self._coder = pre_coder
         self._trivial = trivial
+        self.rows = rows  # a trivial grouping's schema rows, which KeyedValues writes as blocks
 
     def split(self, data: bytes) -> Iterator[tuple[bytes, bytes]]:
         if self._trivial:
@@ -210,17 +213,21 @@ class KeyedValues:
     flushes them and writes plain pairs from then on, which cost less when
     keys rarely repeat (a ``GroupByKey`` of 1M keys over 2M values).
     Values come out of the grouping in another order than arrival, which a
-    GroupByKey leaves unspecified.
+    GroupByKey leaves unspecified. Given ``rows``, the values are schema
+    rows: it holds each one's field values and writes a key's rows as a
+    block of columns (:mod:`._row_columns`).
     """
 
     _MIN_VALUES_PER_KEY = 4
     _SAMPLE = 16_384
 
-    def __init__(self, partitions: int, memory_bytes: int = 16 << 20, blob_bytes: int = 1 << 20) -> None:
+    def __init__(self, partitions: int, memory_bytes: int = 16 << 20, blob_bytes: int = 1 << 20,
+                 rows: RowColumns | None = None) -> None:
         self._partitions = partitions
         self._memory_bytes = memory_bytes
         self._blob_bytes = blob_bytes
-        self._table: dict[bytes, list[bytes]] = {}
+        self._rows = rows  # the values are schema rows, held as their fields and written as blocks
+        self._table: dict[bytes, list] = {}
         self._held = 0
         self._count = 0  # values held
         self._sample = self._SAMPLE  # values after which keys are judged; 0 once judged
@@ -231,6 +238,9 @@ class KeyedValues:
         """Takes ``(key, value)`` objects; yields the ``(target, blob)`` of each flush."""
         if self._pairs is not None:
             yield from self._pairs.add_values(kvs, encode_key, encode_value)
+            return
+        if self._rows is not None:
+            yield from self._add_rows(kvs, encode_key, encode_value)
             return
         table, budget, sample = self._table, self._memory_bytes, self._sample
         held, count = self._held, self._count
@@ -249,27 +259,64 @@ class KeyedValues:
             if count == sample:
                 self._sample = sample = 0
                 if count < self._MIN_VALUES_PER_KEY * len(table):
-                    # Keys rarely repeat: plain pairs from here on.
-                    yield from self.flush()
-                    self._pairs = Buckets(self._partitions, self._blob_bytes)
-                    yield from self._pairs.add_values(kvs, encode_key, encode_value)
+                    yield from self._to_pairs(kvs, encode_key, encode_value)
                     return
             if held > budget:
                 yield from self.flush()
                 held, count = 0, 0
         self._held, self._count = held, count
 
+    def _add_rows(self, kvs: Iterator[tuple[Any, Any]], encode_key: Callable[[Any], bytes],
+                  encode_value: Callable[[Any], bytes]) -> Iterator[tuple[int, bytes]]:
+        """:meth:`add` of schema rows: each value held as its fields' values, not encoded."""
+        rows = self._rows
+        fields, row_bytes, sized = rows.fields, rows.row_bytes, rows.sized
+        table, budget, sample = self._table, self._memory_bytes, self._sample
+        held, count = self._held, self._count
+        get = table.get
+        kvs = iter(kvs)
+        for k, v in kvs:
+            key, row = encode_key(k), fields(v)
+            values = get(key)
+            if values is None:
+                table[key] = [row]
+                held += len(key) + KEY_OVERHEAD
+            else:
+                values.append(row)
+            held += row_bytes
+            for i in sized:
+                if type(row[i]) in _SIZED:
+                    held += len(row[i])
+            count += 1
+            if count == sample:
+                self._sample = sample = 0
+                if count < self._MIN_VALUES_PER_KEY * len(table):
+                    yield from self._to_pairs(kvs, encode_key, encode_value)
+                    return
+            if held > budget:
+                yield from self.flush()
+                held, count = 0, 0
+        self._held, self._count = held, count
+
+    def _to_pairs(self, kvs: Iterator[tuple[Any, Any]], encode_key: Callable[[Any], bytes],
+                  encode_value: Callable[[Any], bytes]) -> Iterator[tuple[int, bytes]]:
+        """Keys rarely repeat: what is held is flushed, and plain pairs written from here on."""
+        yield from self.flush()
+        self._pairs = Buckets(self._partitions, self._blob_bytes)
+        yield from self._pairs.add_values(kvs, encode_key, encode_value)
+
     def flush(self) -> Iterator[tuple[int, bytes]]:
         """Every held key's record, packed into blobs per target partition."""
         n, limit = self._partitions, self._blob_bytes
         streams = [_new_stream(_GROUPED) for _ in range(n)]
         hash_ = key_hash
+        join = b"".join if self._rows is None else self._rows.encode
         for key, values in self._table.items():
             target = hash_(key) % n
             out = streams[target]
             out.write(key, True)
             out.write_var_int64(len(values))
-            out.write(b"".join(values), True)
+            out.write(join(values), True)
             if out.size() >= limit:
                 yield target, out.get()
                 streams[target] = _new_stream(_GROUPED)
@@ -319,19 +366,20 @@ class GroupReader:
 
     def __init__(self, pre_coder: coders.WindowedValueCoder,
                  post_coder: coders.WindowedValueCoder, windowing: Any, trivial: bool,
-                 step: str = "", memory_bytes: int = 256 << 20) -> None:
+                 step: str = "", memory_bytes: int = 256 << 20, rows: RowColumns | None = None) -> None:
         self._pre = pre_coder
         self._post = post_coder
         self._windowing = windowing
         self._trivial = trivial
         self.step = step
         self._memory_bytes = memory_bytes
+        self._rows = rows  # the values' blocks of schema rows, if writers may have written some
 
     def read(self, blobs: Iterable[bytes], stats: SpillStats | None = None) -> Iterator[bytes]:
         """The grouped elements of ``blobs``, encoded; ``stats`` counts what spilled."""
         with self._grouped(blobs, stats) as groups:
             if self._trivial:
-                yield from self._assemble_global(groups)
+                yield from self._assemble_global(groups, self._rows)
                 return
             out_impl = self._post.get_impl()
             out = create_OutputStream()
@@ -365,9 +413,12 @@ class GroupReader:
             decode_value = iterable_coder.value_coder().get_impl().decode_nested
             decode_values = iterable_coder.get_impl().decode_from_stream
             pack = struct.Struct(">i").pack
+            rows = self._rows
             batch, size = [], 0
             for key, count, pieces in groups:
-                if count == len(pieces) and count < 8:
+                if rows is not None:
+                    values = rows.decode_all(pieces)
+                elif count == len(pieces) and count < 8:
                     # A few values, a piece each: decoding each beats joining and parsing
                     # them; from 8 values on the iterable coder's loop wins (benchmarks/group_read.py).
                     values = list(map(decode_value, pieces))
@@ -392,12 +443,14 @@ class GroupReader:
             grouping.close()
 
     @staticmethod
-    def _assemble_global(groups: Iterable[Group]) -> Iterator[bytes]:
+    def _assemble_global(groups: Iterable[Group], rows: RowColumns | None) -> Iterator[bytes]:
         header = _on_time_global_header()
         pack = struct.Struct(">i").pack
         parts: list[bytes] = []
         size = 0
         for key, count, pieces in groups:
+            if rows is not None:
+                pieces = list(map(rows.encoded, pieces))
             parts += (header, key, pack(count))
             parts += pieces
             size += len(key) + sum(map(len, pieces))

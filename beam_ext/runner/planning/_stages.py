@@ -19,6 +19,7 @@ from apache_beam.runners.portability.fn_api_runner.translations import Stage, Tr
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
 
+from beam_ext.runner._row_columns import RowColumns
 from beam_ext.runner._shuffle import ShuffleWriter
 from beam_ext.runner.planning._direct_chain import DirectEnd, direct_chain
 from beam_ext.runner.planning._phases import SDF_PROCESS_URN
@@ -37,6 +38,7 @@ class GroupSpec:
     trivial: bool  # global window, default trigger: values stay encoded
     step: str = ""  # the GroupByKey's name, for metrics
     memory_bytes: int = 256 << 20  # a task's budget before it spills sorted runs
+    rows: RowColumns | None = None  # a trivial grouping's schema rows, shuffled as blocks of columns
 
 
 @dataclasses.dataclass
@@ -157,11 +159,13 @@ class StagePlanner:
             trivial = windowing.is_default() and not self.streaming
             # Default windowing can keep keys and values as opaque bytes (the
             # safe coders); anything else needs the real windows and keys.
+            # Stages on objects write a trivial grouping's rows of plain fields as blocks.
+            rows = RowColumns.of(self._channel_coder(in_pcoll).wrapped_value_coder.value_coder()) if trivial else None
             self._groups[buffer_id] = GroupSpec(
                 pre_coder=self._channel_coder(in_pcoll, safe=trivial),
                 post_coder=self._channel_coder(out_pcoll, safe=trivial),
                 windowing=windowing, trivial=trivial, step=gbk.unique_name,
-                memory_bytes=self.group_memory)
+                memory_bytes=self.group_memory, rows=rows)
         return self._groups[buffer_id]
 
     def _plan_stage(self, stage: Stage) -> PlannedStage:
@@ -264,7 +268,8 @@ class StagePlanner:
             shuffle = None
             if split_buffer_id(outputs[index])[0] == "group":
                 # The real coder, not the runner's bytes view: the chain encodes objects.
-                shuffle = ShuffleWriter(coder, self._group_spec(outputs[index]).trivial)
+                group = self._group_spec(outputs[index])
+                shuffle = ShuffleWriter(coder, group.trivial, group.rows)
             ends[transform_id] = DirectEnd(index, coder, shuffle)
         return direct_chain(stage.transforms, input_coder=input_coder, ends=ends, windowing_of=self._windowing,
                             side_input=side_input, combine_fn=combine_fn, partitions=self._partitions)

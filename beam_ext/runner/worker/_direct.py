@@ -1118,7 +1118,7 @@ def _shuffled(chain: DirectChain, last: str, batches: Iterator[list]) -> Iterato
     key first (:class:`KeyedValues`). ``last``: the step whose output it is."""
     shuffle = chain.shuffle
     trivial = shuffle.trivial
-    buckets = KeyedValues(chain.partitions) if trivial else Buckets(chain.partitions)
+    buckets = KeyedValues(chain.partitions, rows=shuffle.rows) if trivial else Buckets(chain.partitions)
     encoders = shuffle.value_encoders() if trivial else None
     for batch in batches:
         if type(batch) is Marker:  # a bundle's end stops here
@@ -1134,7 +1134,10 @@ def _shuffled(chain: DirectChain, last: str, batches: Iterator[list]) -> Iterato
                 yield from buckets.add([wv.value for wv in windowed(batch)], *encoders)
         except Exception as exc:  # noqa: BLE001 - an output the GroupByKey's coder refuses
             raise _failed(last) from exc
-    yield from buckets.flush()
+    try:
+        yield from buckets.flush()
+    except Exception as exc:  # noqa: BLE001 - rows held as their fields meet their coder here
+        raise _failed(last) from exc
 
 
 def _encoded(coder: Any, batches: Iterator[Same | list]) -> Iterator[bytes]:
