@@ -267,6 +267,27 @@ def _keyed(i: int) -> tuple[str, int]:
     return f"k{i * 7919 % 20000}", i
 
 
+def test_keys_equal_in_python_but_encoded_differently_stay_apart():
+    """A task encodes a key of an int, str or bytes once per flush; 1, True
+    and 1.0, or 0.0 and -0.0, are equal in Python but not in their encodings,
+    and stay separate groups, as Beam's GroupByKey keeps them."""
+    key_coder = coders.FastPrimitivesCoder().as_deterministic_coder("test")
+    kv = coders.TupleCoder([key_coder, coders.VarIntCoder()])
+    grouped = coders.TupleCoder([key_coder, coders.IterableCoder(coders.VarIntCoder())])
+    glob = coders.coders.GlobalWindowCoder()
+    reader = GroupReader(coders.WindowedValueCoder(kv, glob), coders.WindowedValueCoder(grouped, glob),
+                         Windowing(window.GlobalWindows()), trivial=True)
+    keys = [1, True, 1.0, 0.0, -0.0, "1", b"1", (1,), 1 << 70, 2]
+    kvs = [(keys[i % len(keys)], i) for i in range(200)]
+    gathered = KeyedValues(1)
+    blobs = [blob for _, blob in [*gathered.add(kvs, key_coder.get_impl().encode_nested,
+                                                coders.VarIntCoder().get_impl().encode_nested),
+                                  *gathered.flush()]]
+    groups = [wv.value for batch in reader.read_batches(blobs, reader._post, 1 << 20, 100) for wv in batch]
+    assert sorted((repr(k), sorted(vs)) for k, vs in groups) == sorted(
+        (repr(key), list(range(i, 200, len(keys)))) for i, key in enumerate(keys))
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("spark")
 def test_pipeline_under_a_tiny_budget_spills_and_gives_the_right_groups():

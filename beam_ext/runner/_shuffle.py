@@ -32,6 +32,7 @@ from beam_ext.runner._group_spill import KEY_OVERHEAD, VALUE_OVERHEAD, ExternalG
 from beam_ext.runner._row_columns import RowColumns
 
 _CHUNK_BYTES = 4 << 20
+_PLAIN_KEYS = frozenset({int, str, bytes})
 _SIZED = frozenset({str, bytes})  # field values whose length counts against a KeyedValues budget
 
 
@@ -228,6 +229,10 @@ class KeyedValues:
         self._blob_bytes = blob_bytes
         self._rows = rows  # the values are schema rows, held as their fields and written as blocks
         self._table: dict[bytes, list] = {}
+        # Encodings of the held keys of an int, str or bytes: one encoding per key and flush,
+        # not per value. Of these exact types, equal keys encode equally; of others (1, 1.0,
+        # True; 0.0, -0.0) they need not.
+        self._keys: dict[Any, bytes] = {}
         self._held = 0
         self._count = 0  # values held
         self._sample = self._SAMPLE  # values after which keys are judged; 0 once judged
@@ -245,9 +250,16 @@ class KeyedValues:
         table, budget, sample = self._table, self._memory_bytes, self._sample
         held, count = self._held, self._count
         get = table.get
+        keys, plain = self._keys, _PLAIN_KEYS
         kvs = iter(kvs)
         for k, v in kvs:
-            key, value = encode_key(k), encode_value(v)
+            if type(k) in plain:
+                key = keys.get(k)
+                if key is None:
+                    key = keys[k] = encode_key(k)
+            else:
+                key = encode_key(k)
+            value = encode_value(v)
             values = get(key)
             if values is None:
                 table[key] = [value]
@@ -274,9 +286,16 @@ class KeyedValues:
         table, budget, sample = self._table, self._memory_bytes, self._sample
         held, count = self._held, self._count
         get = table.get
+        keys, plain = self._keys, _PLAIN_KEYS
         kvs = iter(kvs)
         for k, v in kvs:
-            key, row = encode_key(k), fields(v)
+            if type(k) in plain:
+                key = keys.get(k)
+                if key is None:
+                    key = keys[k] = encode_key(k)
+            else:
+                key = encode_key(k)
+            row = fields(v)
             values = get(key)
             if values is None:
                 table[key] = [row]
@@ -321,6 +340,7 @@ class KeyedValues:
                 yield target, out.get()
                 streams[target] = _new_stream(_GROUPED)
         self._table.clear()
+        self._keys.clear()
         self._held, self._count = 0, 0
         for target, out in enumerate(streams):
             if out.size() > 1:
