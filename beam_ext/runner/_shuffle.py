@@ -244,9 +244,9 @@ class KeyedValues:
         if self._pairs is not None:
             yield from self._pairs.add_values(kvs, encode_key, encode_value)
             return
-        if self._rows is not None:
-            yield from self._add_rows(kvs, encode_key, encode_value)
-            return
+        rows = self._rows
+        # Schema rows are held as their fields' values, whose str and bytes add their lengths.
+        fields, row_bytes, sized = (rows.fields, rows.row_bytes, rows.sized) if rows is not None else (None, 0, ())
         table, budget, sample = self._table, self._memory_bytes, self._sample
         held, count = self._held, self._count
         get = table.get
@@ -259,53 +259,21 @@ class KeyedValues:
                     key = keys[k] = encode_key(k)
             else:
                 key = encode_key(k)
-            value = encode_value(v)
+            if fields is None:
+                value = encode_value(v)
+                held += len(value) + VALUE_OVERHEAD
+            else:
+                value = fields(v)
+                held += row_bytes
+                for i in sized:
+                    if type(value[i]) in _SIZED:
+                        held += len(value[i])
             values = get(key)
             if values is None:
                 table[key] = [value]
-                held += len(key) + len(value) + KEY_OVERHEAD
-            else:
-                values.append(value)
-                held += len(value) + VALUE_OVERHEAD
-            count += 1
-            if count == sample:
-                self._sample = sample = 0
-                if count < self._MIN_VALUES_PER_KEY * len(table):
-                    yield from self._to_pairs(kvs, encode_key, encode_value)
-                    return
-            if held > budget:
-                yield from self.flush()
-                held, count = 0, 0
-        self._held, self._count = held, count
-
-    def _add_rows(self, kvs: Iterator[tuple[Any, Any]], encode_key: Callable[[Any], bytes],
-                  encode_value: Callable[[Any], bytes]) -> Iterator[tuple[int, bytes]]:
-        """:meth:`add` of schema rows: each value held as its fields' values, not encoded."""
-        rows = self._rows
-        fields, row_bytes, sized = rows.fields, rows.row_bytes, rows.sized
-        table, budget, sample = self._table, self._memory_bytes, self._sample
-        held, count = self._held, self._count
-        get = table.get
-        keys, plain = self._keys, _PLAIN_KEYS
-        kvs = iter(kvs)
-        for k, v in kvs:
-            if type(k) in plain:
-                key = keys.get(k)
-                if key is None:
-                    key = keys[k] = encode_key(k)
-            else:
-                key = encode_key(k)
-            row = fields(v)
-            values = get(key)
-            if values is None:
-                table[key] = [row]
                 held += len(key) + KEY_OVERHEAD
             else:
-                values.append(row)
-            held += row_bytes
-            for i in sized:
-                if type(row[i]) in _SIZED:
-                    held += len(row[i])
+                values.append(value)
             count += 1
             if count == sample:
                 self._sample = sample = 0
