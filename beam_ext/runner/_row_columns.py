@@ -1,13 +1,14 @@
 """Schema rows through a trivial grouping's shuffle as columns, not one ``RowCoder`` encoding each.
 
 A ``GroupBy("key")`` of ``beam.Row`` elements shuffles every row. Beam's
-``RowCoder`` encodes a row of an int and a float in 0.6 µs and decodes it in
-1.1 µs, field by field in Python; for rows of plain fields the shuffle can
-do better. Where a grouping's values are rows whose fields are all
-``INT64``, ``DOUBLE``, ``STRING``, ``BOOLEAN``, ``BYTES`` or Beam's Python
-``Any`` (nullable or not), a task gathering a key's values before the shuffle
-(:class:`~beam_ext.runner._shuffle.KeyedValues`) holds each row's field
-values and writes a key's rows as one *block*: a zero byte, the length, and
+``RowCoder`` encodes and decodes a row field by field in Python, close to a
+microsecond a row each way for an int and a float (docs/benchmarks/runner.md,
+"Schema rows through the shuffle as blocks of columns"); for rows of plain
+fields the shuffle can do better. Where a grouping's values are rows whose
+fields are all ``INT64``, ``DOUBLE``, ``STRING``, ``BOOLEAN``, ``BYTES`` or
+Beam's Python ``Any`` (nullable or not), a task gathering a key's values
+before the shuffle (:class:`~beam_ext.runner._shuffle.KeyedValues`) holds
+each row's field values and writes a key's rows as one *block*: a zero byte, the length, and
 the ``marshal`` encoding of the rows' columns. The reader turns a block back
 into the named tuples ``RowCoder`` decodes to (the same class, the same
 field values), or, for a stage reading encoded elements, into the rows'
@@ -16,12 +17,13 @@ field values), or, for a stage reading encoded elements, into the rows'
 A block is written only where its values would round-trip through
 ``RowCoder`` unchanged: each value of exactly the field's type (for ``Any``,
 an int, float, str, bytes or bool; ``None`` where the field is nullable),
-ints within int64, strings that encode to UTF-8. Otherwise, and for keys of fewer than :data:`_MIN_BLOCK_ROWS` rows,
-the rows are encoded by ``RowCoder``, which raises what it always raised for
-a value it refuses. Blocks and encoded rows mix in one key's data: the
-shuffle's values are length-prefixed encodings, whose first byte is never
-zero, so a zero byte starts a block. The writer and the reader run the same
-Python, so ``marshal``'s format is theirs.
+ints within int64, strings that encode to UTF-8. Otherwise, and for keys of
+fewer than :data:`_MIN_BLOCK_ROWS` rows, the rows are encoded by
+``RowCoder``, which raises what it always raised for a value it refuses.
+Blocks and encoded rows mix in one key's data: the shuffle's values are
+length-prefixed encodings, whose first byte is never zero, so a zero byte
+starts a block. The writer and the reader run the same Python, so
+``marshal``'s format is theirs.
 """
 from __future__ import annotations
 
@@ -92,6 +94,8 @@ class RowColumns:
         get = attrgetter(*names)
         self.fields: Callable[[Any], tuple] = get if len(names) > 1 else lambda row: (get(row),)
         self._encode = coder.get_impl().encode_nested
+        # A row's encoding, length-prefixed as the shuffle holds it, without decoding it.
+        self._prefixed = LengthPrefixCoder(BytesCoder()).get_impl().encode_nested
         row_impl = row_coder.get_impl()
         self._decode_row = row_impl.decode
         # The class RowCoder decodes to, taken from a decode: it may be a
@@ -179,8 +183,7 @@ class RowColumns:
         encode = self._encode
         parts = []
         for kind, part in self._parts(data):
-            parts.append(encode(self._decode_row(part)) if kind else
-                         b"".join(map(encode, self._rows(marshal.loads(part)))))
+            parts.append(self._prefixed(part) if kind else b"".join(map(encode, self._rows(marshal.loads(part)))))
         return b"".join(parts)
 
     def _rows(self, columns: list) -> list:
