@@ -157,10 +157,10 @@ class StagePlanner:
             # In streaming every group runs Beam's trigger driver on whole
             # windowed values (worker/_streaming_group.py), never the bytes-only path.
             trivial = windowing.is_default() and not self.streaming
-            # Default windowing can keep keys and values as opaque bytes (the
-            # safe coders); anything else needs the real windows and keys.
             # Stages on objects write a trivial grouping's rows of plain fields as blocks.
             rows = RowColumns.of(self._channel_coder(in_pcoll).wrapped_value_coder.value_coder()) if trivial else None
+            # Default windowing can keep keys and values as opaque bytes (the
+            # safe coders); anything else needs the real windows and keys.
             self._groups[buffer_id] = GroupSpec(
                 pre_coder=self._channel_coder(in_pcoll, safe=trivial),
                 post_coder=self._channel_coder(out_pcoll, safe=trivial),
