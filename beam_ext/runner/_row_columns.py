@@ -59,7 +59,7 @@ _FIELD_BYTES = 32
 _ROW_BYTES = 64
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _HEAD = struct.Struct(">BI")  # 0, then the marshal bytes' length
-_MIN_BLOCK_ROWS = 4  # fewer rows: marshal's fixed cost beats RowCoder's per row
+_MIN_BLOCK_ROWS = 8  # fewer rows: a block costs more than RowCoder (benchmarks/row_blocks.py)
 
 
 def _plain_named_tuple(cls: type) -> bool:
