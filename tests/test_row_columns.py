@@ -240,7 +240,7 @@ def _bad_row(i: int):
 
 
 @pytest.mark.usefixtures("spark")
-def test_a_row_its_coder_refuses_names_the_step_that_made_it():
+def test_a_row_its_coder_refuses_fails_the_job_naming_the_grouping_step():
     from beam_ext.runner import SparkRunner
 
     schema = RowTypeConstraint.from_fields([("key", int), ("amount", float)])
