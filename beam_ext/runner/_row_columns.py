@@ -27,6 +27,7 @@ starts a block. The writer and the reader run the same Python, so
 """
 from __future__ import annotations
 
+import functools
 import marshal
 import struct
 from itertools import repeat
@@ -59,7 +60,9 @@ _FIELD_BYTES = 32
 _ROW_BYTES = 64
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _HEAD = struct.Struct(">BI")  # 0, then the marshal bytes' length
-_MIN_BLOCK_ROWS = 8  # fewer rows: a block costs more than RowCoder (benchmarks/row_blocks.py)
+# A key's rows held as fields: from 4 rows a block costs less, written and read,
+# than RowCoder encodings made from the fields (benchmarks/row_blocks.py --held).
+_MIN_BLOCK_ROWS = 4
 
 
 def _plain_named_tuple(cls: type) -> bool:
@@ -103,6 +106,9 @@ class RowColumns:
         self._type = type(row_impl.decode(row_impl.encode(
             tuple.__new__(row_coder.to_type_hint(), [sample for _, sample in kinds]))))
         self._fast_new = _plain_named_tuple(self._type)
+        type_ = self._type
+        self._make: Callable[[tuple], Any] = (
+            functools.partial(tuple.__new__, type_) if self._fast_new else lambda row: type_(*row))
 
     @staticmethod
     def of(value_coder: Coder) -> RowColumns | None:
@@ -131,9 +137,8 @@ class RowColumns:
             if all(map(self._fits, columns, self._checks)):
                 payload = marshal.dumps(columns)
                 return _HEAD.pack(0, len(payload)) + payload
-        type_ = self._type
-        encode = self._encode
-        return b"".join(encode(tuple.__new__(type_, row)) for row in rows)
+        # RowCoder reads the fields by name from the rows a reader would get.
+        return b"".join(map(self._encode, map(self._make, rows)))
 
     @staticmethod
     def _fits(column: tuple, check: tuple[frozenset, bool]) -> bool:
