@@ -4,12 +4,15 @@
 accumulators, which must give what Beam's own ``Map`` and
 ``TupleCombineFn`` give: the same keys (Beam's ``Key`` rows) and
 accumulators, to the bit. A ``GroupBy`` without aggregation gets an equal
-``Map`` function that builds its key function once.
+``Map`` function that builds its key function once, and right before the
+shuffle of a grouping that gathers each key's values, none: the shuffle's
+writer pairs the elements with their keys.
 """
 from __future__ import annotations
 
 import apache_beam as beam
 import pytest
+from apache_beam import coders
 from apache_beam.internal import pickler
 from apache_beam.transforms import combiners, core, window
 from hypothesis import given, settings
@@ -17,6 +20,7 @@ from hypothesis import strategies as st
 from pipeline_outputs import spark_equals_direct
 
 from beam_ext.runner import _element_batches as element_batches
+from beam_ext.runner._shuffle import ShuffleWriter
 from beam_ext.runner.worker import _direct
 from beam_ext.runner.worker._plain_accumulators import plain_tuple_accumulators
 from beam_ext.runner.worker._schema_group_by import (
@@ -24,6 +28,7 @@ from beam_ext.runner.worker._schema_group_by import (
     _beams_codes,
     aggregated_fields,
     closure,
+    grouped_key,
     grouped_pairs,
 )
 
@@ -231,3 +236,37 @@ def test_grouped_rows_equal_direct_runners(tmp_path):
                 | beam.MapTuple(lambda key, rows: (type(key).__name__, key.k, key.j, sorted(r.n for r in rows))))
     got = spark_equals_direct(build, tmp_path)
     assert len(got) == 21 and sorted(n for row in got for n in row[3]) == list(range(500))
+
+
+def _shuffle_chain(map_dofn) -> _direct.DirectChain:
+    """A chain of one ``Map`` into a trivial grouping's shuffle, as a Spark task runs it."""
+    pairs = coders.TupleCoder([coders.FastPrimitivesCoder(), coders.FastPrimitivesCoder()])
+    pre = coders.WindowedValueCoder(pairs, coders.coders.GlobalWindowCoder())
+    step = _direct.DirectStep("G/Map", pickler.dumps((map_dofn, (), {}, None, None)), window.GlobalWindows())
+    return _direct.DirectChain((step,), None, None, shuffle=ShuffleWriter(pre, trivial=True), partitions=3)
+
+
+def _shuffled(chain: _direct.DirectChain, rows: list) -> list:
+    values = [window.GlobalWindows.windowed_value(row) for row in rows]
+    return list(_direct.run_direct_chain(chain, None, element_batches.batched(iter(values), 7), []))
+
+
+@pytest.mark.parametrize("grouping", [
+    beam.GroupBy("k"), beam.GroupBy("k", "j"), beam.GroupBy(lambda r: r.k % 2), beam.GroupBy(k=lambda r: r.k),
+], ids=["a field", "two fields", "a callable", "a keyword callable"])
+@settings(max_examples=15, deadline=None)
+@given(rows=_ROWS)
+def test_a_group_bys_map_before_its_shuffle_writes_what_beams_map_would(grouping, rows):
+    # The writer pairs each element with its key itself: the shuffle gets
+    # the bytes it gets when the pairs come from Beam's Map run as a step.
+    dofn, _ = _map_dofn(grouping)
+    beams = closure(dofn._fn)["fn"]
+    as_a_step = core.Map(lambda row: beams(row)).fn  # not Beam's code: run as a user's Map
+    assert _direct._wrapped_fn(as_a_step) is not None and grouped_key(_direct._wrapped_fn(as_a_step)) is None
+    assert _shuffled(_shuffle_chain(dofn), rows) == _shuffled(_shuffle_chain(as_a_step), rows)
+
+
+def test_a_row_without_the_grouped_field_fails_naming_the_step():
+    dofn, _ = _map_dofn(beam.GroupBy("k"))
+    with pytest.raises(_direct.StepFailed, match=r"(?s)AttributeError.*k.*\[while running 'G/Map'\]"):
+        _shuffled(_shuffle_chain(dofn), [beam.Row(k=1, x=1.0), beam.Row(j=2, x=1.0)])

@@ -73,7 +73,13 @@ from beam_ext.runner.worker._branches import MAIN_TAG, ByTag, Tagged, fork
 from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
 from beam_ext.runner.worker._plain_accumulators import plain_accumulators, plain_tuple_accumulators
 from beam_ext.runner.worker._projection import project, projection, traceable
-from beam_ext.runner.worker._schema_group_by import AggregatedFields, aggregated_fields, closure, grouped_pairs
+from beam_ext.runner.worker._schema_group_by import (
+    AggregatedFields,
+    aggregated_fields,
+    closure,
+    grouped_key,
+    grouped_pairs,
+)
 from beam_ext.runner.worker._setup import WorkerSetup
 
 
@@ -277,6 +283,12 @@ def _map_fn(dofn: Any) -> Callable | None:
     keeps equal. A ``GroupBy``'s ``Map`` gets an equal function that builds
     the key function once (:func:`grouped_pairs`).
     """
+    fn = _wrapped_fn(dofn)
+    return None if fn is None else grouped_pairs(fn) or fn
+
+
+def _wrapped_fn(dofn: Any) -> Callable | None:
+    """The function a ``Map`` step's DoFn wraps, as the user (or Beam's ``GroupBy``) gave it, else None."""
     from apache_beam.transforms import core
 
     if type(dofn) is core._KeyWithNone:  # CombineGlobally's first step, a generator DoFn
@@ -285,8 +297,7 @@ def _map_fn(dofn: Any) -> Callable | None:
     code = getattr(wrapper, "__code__", None)
     if code is None or code not in _map_wrapper_codes():
         return None
-    fn = closure(wrapper)["fn"]
-    return grouped_pairs(fn) or fn
+    return closure(wrapper)["fn"]
 
 
 def _key_with_none(value: Any) -> tuple:
@@ -1112,10 +1123,13 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
         combine_fn.teardown()
 
 
-def _shuffled(chain: DirectChain, last: str, batches: Iterator[list]) -> Iterator[tuple[int, bytes]]:
+def _shuffled(chain: DirectChain, last: str, batches: Iterator[list],
+              key_of: Callable[[Any], Any] | None = None) -> Iterator[tuple[int, bytes]]:
     """``(target partition, blob)`` pairs of the chain's output, as the bundle
     processor's would be packed; a trivial grouping's values are gathered by
-    key first (:class:`KeyedValues`). ``last``: the step whose output it is."""
+    key first (:class:`KeyedValues`). ``last``: the step whose output it is.
+    ``key_of``: the output is a ``GroupBy``'s elements, not yet paired with
+    their keys (see :meth:`_ChainRun.line`)."""
     shuffle = chain.shuffle
     trivial = shuffle.trivial
     buckets = KeyedValues(chain.partitions, rows=shuffle.rows) if trivial else Buckets(chain.partitions)
@@ -1128,10 +1142,10 @@ def _shuffled(chain: DirectChain, last: str, batches: Iterator[list]) -> Iterato
         try:
             if encoders is None:
                 yield from buckets.add(shuffle.pairs(windowed(batch)))
-            elif type(batch) is Same:
-                yield from buckets.add(batch.values, *encoders)
             else:
-                yield from buckets.add([wv.value for wv in windowed(batch)], *encoders)
+                values = batch.values if type(batch) is Same else [wv.value for wv in windowed(batch)]
+                # zip and map make the pairs in C; the writer unpacks each at once.
+                yield from buckets.add(values if key_of is None else zip(map(key_of, values), values), *encoders)
         except Exception as exc:  # noqa: BLE001 - an output the GroupByKey's coder refuses
             raise _failed(last) from exc
     try:
@@ -1200,7 +1214,7 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
         if chain.branches:
             yield from run.forked(chain, batches, "")
         elif chain.shuffle is not None:
-            yield from _shuffled(chain, _last_step(chain, ""), batches)
+            yield from _shuffled(chain, _last_step(chain, ""), batches, run.pair_keys.get(id(chain)))
         elif batches_out:
             for batch in batches:
                 if type(batch) is not Marker:
@@ -1246,6 +1260,7 @@ class _ChainRun:
         self.containers: list[tuple[str, Any]] = []
         self.acquired: list[tuple[bytes, tuple]] = []
         self.fresh: set[int] = set()
+        self.pair_keys: dict[int, Callable[[Any], Any]] = {}  # by id of a chain: see line()
 
     def release(self) -> None:
         for payload, info in self.acquired:
@@ -1282,7 +1297,7 @@ class _ChainRun:
         if self.batches_out:
             return (batch for batch in batches if batch is PAUSE or type(batch) is not Marker)
         if chain.shuffle is not None:
-            out = _shuffled(chain, _last_step(chain, before), batches)
+            out = _shuffled(chain, _last_step(chain, before), batches, self.pair_keys.get(id(chain)))
         else:
             out = _encoded(chain.output_coder, batches)
         return _indexed(chain.output, out) if self.indexed else out
@@ -1331,6 +1346,17 @@ class _ChainRun:
                 and (merges_partially(chain.precombine.windowing)
                      or keyed_assigner(chain.precombine.windowing.windowfn) is not None)):
             folded = steps.pop(at)[1][0].windowfn
+        # A GroupBy's own Map right before a grouping that gathers each key's
+        # values first: the shuffle's writer pairs the elements with their keys
+        # as it takes them, without a step between (Beam's lambda has no metrics).
+        if (chain.shuffle is not None and chain.shuffle.trivial and chain.precombine is None
+                and not chain.branches and steps and steps[-1][1] is not None
+                and not steps[-1][0].side_inputs and not steps[-1][0].bundles):
+            fn = _wrapped_fn(steps[-1][1][0])
+            key_of = grouped_key(fn) if fn is not None else None
+            if key_of is not None:
+                steps.pop()
+                self.pair_keys[id(chain)] = key_of
         # A first step that only picks fields may take batches held as columns
         # (a branch's batches come from steps, never as columns).
         picks = root and steps and steps[0][1] is not None and _picks_fields(steps[0][0], steps[0][1])

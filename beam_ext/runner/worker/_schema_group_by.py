@@ -14,7 +14,9 @@ pipeline that has one.
 A ``GroupBy`` without aggregation expands into a ``Map`` making
 ``(key, element)`` pairs that builds its key function anew for every
 element; :func:`grouped_pairs` builds it once, reading string fields with
-``operator.attrgetter``.
+``operator.attrgetter``. Right before a shuffle that gathers each key's
+values, the pairs need not be made one by one at all: the shuffle's writer
+takes the elements and :func:`grouped_key`.
 
 The ``Map``s are recognised by the code of Beam's lambdas (which pickling
 copies but keeps equal) and read through their closures;
@@ -130,12 +132,21 @@ def _key_reader(key_func: Callable, codes: _BeamsCodes) -> Callable:
     return key_func
 
 
+def grouped_key(fn: Callable) -> Callable | None:
+    """If ``fn`` is the ``Map`` function of a ``GroupBy`` without
+    aggregation: the function of an element giving its key, built once
+    (``fn`` makes each element's ``(key, element)`` pair with it); else None."""
+    codes = _beams_codes()
+    if codes is None or getattr(fn, "__code__", None) != codes.grouped:
+        return None
+    return _key_reader(closure(fn)["self"]._key_func(), codes)
+
+
 def grouped_pairs(fn: Callable) -> Callable | None:
     """If ``fn`` is the ``Map`` function of a ``GroupBy`` without
     aggregation: an equal one whose key function is built once, not per
     element; else None."""
-    codes = _beams_codes()
-    if codes is None or getattr(fn, "__code__", None) != codes.grouped:
+    key = grouped_key(fn)
+    if key is None:
         return None
-    key = _key_reader(closure(fn)["self"]._key_func(), codes)
     return lambda element: (key(element), element)
