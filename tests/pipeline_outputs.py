@@ -91,3 +91,14 @@ def streaming_equals_direct(build, tmp_path, options: list[str] | None = None) -
     direct, spark = results
     assert spark == direct
     return spark
+
+
+def spark_jobs_run(spark, build: Callable[[beam.Pipeline], Any]) -> int:
+    """How many Spark jobs a pipeline ``build`` makes runs on SparkRunner (on ``spark``'s context)."""
+    from beam_ext.runner import SparkRunner
+
+    sc = spark.sparkContext
+    before = max(sc.statusTracker().getJobIdsForGroup(), default=-1)
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        build(p)
+    return max(sc.statusTracker().getJobIdsForGroup(), default=-1) - before

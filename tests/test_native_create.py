@@ -11,6 +11,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
+from pipeline_outputs import spark_jobs_run
 
 from beam_ext.runner import SparkRunner
 from beam_ext.runner.native import CREATE_URN
@@ -99,14 +100,6 @@ def test_one_create_read_by_two_consumers_and_a_side_input(spark):
         assert_that(numbers | beam.combiners.Count.Globally(), equal_to([10]), label="count")
 
 
-def _jobs_run(spark, build) -> int:
-    sc = spark.sparkContext
-    before = max(sc.statusTracker().getJobIdsForGroup(), default=-1)
-    with beam.Pipeline(runner=SparkRunner()) as p:
-        build(p)
-    return max(sc.statusTracker().getJobIdsForGroup(), default=-1) - before
-
-
 def test_a_create_read_by_two_stages_on_objects_is_computed_by_each_not_persisted(spark, tmp_path):
     """Two readers of one Create run as many Spark jobs as two readers of two
     Creates: no job of its own to encode, persist and count it."""
@@ -125,7 +118,7 @@ def test_a_create_read_by_two_stages_on_objects_is_computed_by_each_not_persiste
         _ = (p | "B" >> beam.Create(values) | "Odds" >> beam.Filter(lambda x: x % 2)
              | "WriteOdds" >> beam.io.WriteToText(str(tmp_path / "separate-odds")))
 
-    assert _jobs_run(spark, shared) == _jobs_run(spark, separate)
+    assert spark_jobs_run(spark, shared) == spark_jobs_run(spark, separate)
     for name, rest in (("evens", 0), ("odds", 1)):
         lines = [int(line) for path in glob.glob(str(tmp_path / f"shared-{name}*")) for line in open(path)]
         assert sorted(lines) == [v for v in values if v % 2 == rest]

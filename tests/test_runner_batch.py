@@ -16,7 +16,7 @@ from apache_beam.transforms.userstate import (
     on_timer,
 )
 from apache_beam.utils.timestamp import Timestamp
-from pipeline_outputs import run_and_collect, spark_equals_direct
+from pipeline_outputs import run_and_collect, spark_equals_direct, spark_jobs_run
 
 pytestmark = pytest.mark.usefixtures("spark")
 
@@ -171,6 +171,28 @@ def test_side_inputs_of_every_kind(tmp_path):
             multi=beam.pvalue.AsMultiMap(side))
     out = spark_equals_direct(build, tmp_path)
     assert out[0] == [11, [1, 2, 3], 3, [["a", 3], ["b", 2]], [1, 3]]
+
+
+def _counts_and_shares(p, combines: int):
+    """``combines`` CombineGlobally's of one ParDo's output (each injects its
+    default through a side input of its result), the first total also read
+    as a side input by two later steps."""
+    numbers = p | beam.Create(range(1, 101)) | "Square" >> beam.Map(lambda x: x * x)
+    results = [numbers | f"Sum{i}" >> beam.CombineGlobally(sum) for i in range(combines)]
+    total = beam.pvalue.AsSingleton(results[0])
+    shares = numbers | "Share" >> beam.Map(lambda x, t: x * 1000 // t, t=total)
+    scaled = results[-1] | "Scaled" >> beam.Map(lambda s, t: s * 1000 // t, t=total)
+    return (results + [shares | "SumShares" >> beam.CombineGlobally(sum), scaled]) | beam.Flatten()
+
+
+def test_side_inputs_a_job_completes_are_collected_in_that_job(spark, tmp_path):
+    # The job that collects the first total's side input also collects the
+    # second's: three CombineGlobally's take the Spark jobs one takes, and a
+    # side input two steps read is collected once.
+    got = spark_equals_direct(lambda p: _counts_and_shares(p, 3), tmp_path)
+    assert sorted(got) == sorted([338350] * 3 + [sum(x * x * 1000 // 338350 for x in range(1, 101)), 1000])
+    assert spark_jobs_run(spark, lambda p: _counts_and_shares(p, 3)) == spark_jobs_run(
+        spark, lambda p: _counts_and_shares(p, 1))
 
 
 def _add(x: int, offset: int) -> int:

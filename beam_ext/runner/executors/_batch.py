@@ -163,6 +163,8 @@ class BatchExecutor:
         # Outputs of native steps the driver lists without Spark (a Create's):
         # buffer -> (coder, elements when called); side inputs read them from here.
         self._driver_values: dict[bytes, tuple[Any, Callable[[], list]]] = {}
+        # Side inputs collected to the driver, by buffer: encoded chunks.
+        self._side_chunks: dict[bytes, list[bytes]] = {}
 
     def run(self) -> None:
         try:
@@ -189,7 +191,7 @@ class BatchExecutor:
         for broadcast in self._broadcasts:
             broadcast.unpersist()
         self._persisted, self._broadcasts, self._buffers, self._grouped = [], [], {}, {}
-        self._arrow_rows, self._values, self._driver_values = {}, {}, {}
+        self._arrow_rows, self._values, self._driver_values, self._side_chunks = {}, {}, {}, {}
         self._unread, self._chained = [], []
 
     def _run_chained(self) -> None:
@@ -277,23 +279,52 @@ class BatchExecutor:
     def _side_input_chunks(self, stage: PlannedStage) -> list[list[bytes]]:
         """The encoded chunks of each of the stage's side inputs, by index."""
         chunks: list[list[bytes]] = [[] for _ in stage.side_inputs]
-        tagged = []
+        wanted: list[bytes] = []
         for i, spec in enumerate(stage.side_inputs):
             listed = self._driver_values.get(spec.buffer)
             if listed is not None:
                 _LOG.debug("side input %s of %s listed on the driver", spec.tag, stage.label)
                 coder, values = listed
                 chunks[i] = list(_encode_partition(coder, values()))
-            else:
-                tagged.append(_tag(i, self._read(spec.buffer)))
-        if tagged:
-            # One Spark job collects the others. It computes the stages
-            # chained so far that they need; a failure names their steps too.
+            elif spec.buffer not in self._side_chunks and spec.buffer not in wanted:
+                wanted.append(spec.buffer)
+        if wanted:
+            # One Spark job collects them, and the side inputs of later stages
+            # that the stages chained so far complete: each would take a job
+            # of its own (one per CombineGlobally, whose default reads its
+            # result as a side input). The job computes the stages chained so
+            # far that they need; a failure names their steps too.
+            wanted += self._complete_side_inputs(stage, wanted)
+            tagged = [_tag(i, self._read(buffer)) for i, buffer in enumerate(wanted)]
             with self._action(stage):
                 collected = (tagged[0] if len(tagged) == 1 else self._sc.union(tagged)).collect()
+            for buffer in wanted:
+                self._side_chunks[buffer] = []
             for index, chunk in collected:
-                chunks[index].append(chunk)
+                self._side_chunks[wanted[index]].append(chunk)
+        for i, spec in enumerate(stage.side_inputs):
+            if spec.buffer not in self._driver_values:
+                chunks[i] = self._side_chunks[spec.buffer]
         return chunks
+
+    def _complete_side_inputs(self, stage: PlannedStage, wanted: list[bytes]) -> list[bytes]:
+        """Side inputs of the stages after ``stage`` (not in ``wanted``) whose
+        every writer comes before it: what the stages chained so far complete."""
+        if self._one_by_one:
+            return []
+        stages = self._plan.stages
+        before = stages[:stages.index(stage)]
+        found: list[bytes] = []
+        for later in stages[len(before) + 1:]:
+            for spec in later.side_inputs:
+                buffer = spec.buffer
+                if (buffer in wanted or buffer in found or buffer in self._side_chunks
+                        or buffer in self._driver_values):
+                    continue
+                if (any(buffer in s.outputs for s in before)
+                        and not any(buffer in s.outputs for s in stages[len(before):])):
+                    found.append(buffer)
+        return found
 
     def _broadcast(self, value):
         broadcast = self._sc.broadcast(value)
