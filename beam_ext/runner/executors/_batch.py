@@ -278,16 +278,9 @@ class BatchExecutor:
 
     def _side_input_chunks(self, stage: PlannedStage) -> list[list[bytes]]:
         """The encoded chunks of each of the stage's side inputs, by index."""
-        chunks: list[list[bytes]] = [[] for _ in stage.side_inputs]
-        wanted: list[bytes] = []
-        for i, spec in enumerate(stage.side_inputs):
-            listed = self._driver_values.get(spec.buffer)
-            if listed is not None:
-                _LOG.debug("side input %s of %s listed on the driver", spec.tag, stage.label)
-                coder, values = listed
-                chunks[i] = list(_encode_partition(coder, values()))
-            elif spec.buffer not in self._side_chunks and spec.buffer not in wanted:
-                wanted.append(spec.buffer)
+        wanted = list(dict.fromkeys(
+            spec.buffer for spec in stage.side_inputs
+            if spec.buffer not in self._driver_values and spec.buffer not in self._side_chunks))
         if wanted:
             # One Spark job collects them, and the side inputs of later stages
             # that the stages chained so far complete: each would take a job
@@ -302,9 +295,15 @@ class BatchExecutor:
                 self._side_chunks[buffer] = []
             for index, chunk in collected:
                 self._side_chunks[wanted[index]].append(chunk)
-        for i, spec in enumerate(stage.side_inputs):
-            if spec.buffer not in self._driver_values:
-                chunks[i] = self._side_chunks[spec.buffer]
+        chunks: list[list[bytes]] = []
+        for spec in stage.side_inputs:
+            listed = self._driver_values.get(spec.buffer)
+            if listed is None:
+                chunks.append(self._side_chunks[spec.buffer])
+                continue
+            _LOG.debug("side input %s of %s listed on the driver", spec.tag, stage.label)
+            coder, values = listed
+            chunks.append(list(_encode_partition(coder, values())))
         return chunks
 
     def _complete_side_inputs(self, stage: PlannedStage, wanted: list[bytes]) -> list[bytes]:
