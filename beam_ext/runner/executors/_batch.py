@@ -26,7 +26,7 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from apache_beam.runners.portability.fn_api_runner.translations import IMPULSE_BUFFER, split_buffer_id
 
 from beam_ext.runner import native
-from beam_ext.runner._element_batches import BATCH, ElementBatches
+from beam_ext.runner._element_batches import BATCH, ElementBatches, Marker, windowed
 from beam_ext.runner._errors import PipelineError, translate_spark_error
 from beam_ext.runner._group_spill import SpillStats
 from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, identity_partition, unpack
@@ -34,6 +34,7 @@ from beam_ext.runner.executors._side_inputs import SideInputState, side_input_st
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
 from beam_ext.runner.worker._direct import decoded_batches, run_direct_chain
+from beam_ext.runner.worker._stateful import keyed_groups
 
 _LOG = logging.getLogger("beam_ext.runner")
 _RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
@@ -49,6 +50,23 @@ def _keyed_blobs(splitter: ElementSplitter, partitions: int, chunks) -> Iterator
         yield from buckets.add(
             (splitter.key_of(wv), splitter.encode(wv)) for wv in splitter.elements(chunk))
     yield from buckets.flush()
+
+
+def _keyed_object_blobs(splitter: ElementSplitter, partitions: int, batches) -> Iterator:
+    """As :func:`_keyed_blobs`, of element batches handed on as objects: each element encoded once."""
+    buckets = Buckets(partitions)
+    for batch in batches:
+        if type(batch) is not Marker:
+            yield from buckets.add((splitter.key_of(wv), splitter.encode(wv)) for wv in windowed(batch))
+    yield from buckets.flush()
+
+
+def _keyed_group_task(memory_bytes: int, step: str, reports, partition: int, blobs) -> Iterator:
+    """A stateful stage's input grouped by key (``keyed_groups``); what spilled, reported under ``step``."""
+    stats = SpillStats()
+    yield from keyed_groups(memory_bytes, stats, blobs)
+    if stats.runs:
+        reports.add({(step, partition): (stats.runs, stats.bytes)})
 
 
 def _rekeyed_chunks(index: int, blobs) -> Iterator:
@@ -210,7 +228,7 @@ class BatchExecutor:
         self._compute_unread()
         _LOG.info("%d stages done in %.2fs", total, time.monotonic() - start)
         for step, (runs, size) in self._spills_by_step().items():
-            _LOG.info("GroupByKey %s: spilled %d runs, %.1f MB (--spark_group_memory)", step, runs, size / 1e6)
+            _LOG.info("%s: its grouping spilled %d runs, %.1f MB (--spark_group_memory)", step, runs, size / 1e6)
 
     def _run_stage_by_stage(self) -> None:
         self._readers = {}  # nothing shared: every stage is persisted and computed on its own
@@ -263,10 +281,8 @@ class BatchExecutor:
             splitter = ElementSplitter(stage.input_coders[i])
             if stage.keyed:
                 # A stateful stage owns its keys: all elements of a key in one task.
-                rdd = rdd.mapPartitions(functools.partial(
-                    _keyed_blobs, splitter, self._parallelism)).partitionBy(
-                        self._parallelism, identity_partition).values().mapPartitions(
-                            functools.partial(_rekeyed_chunks, i))
+                rdd = self._keyed(rdd.mapPartitions(functools.partial(
+                    _keyed_blobs, splitter, self._parallelism))).mapPartitions(functools.partial(_rekeyed_chunks, i))
             elif stage.spread:
                 rdd = rdd.mapPartitionsWithIndex(functools.partial(
                     _round_robin, splitter, i, self._parallelism)).partitionBy(
@@ -275,6 +291,10 @@ class BatchExecutor:
                 rdd = _tag(i, rdd)
             parts.append(rdd)
         return parts[0] if len(parts) == 1 else self._sc.union(parts)
+
+    def _keyed(self, blobs):
+        """``(target partition, blob)`` pairs moved to their partitions; the blobs."""
+        return blobs.partitionBy(self._parallelism, identity_partition).values()
 
     def _side_input_chunks(self, stage: PlannedStage) -> list[list[bytes]]:
         """The encoded chunks of each of the stage's side inputs, by index."""
@@ -372,7 +392,16 @@ class BatchExecutor:
         _LOG.debug("stage %s runs its steps on element objects", stage.label)
         side_inputs = self._broadcast(self._side_input_chunks(stage)) if stage.side_inputs else None
         handed = self._values.get(stage.inputs[0])
-        if handed is not None:
+        if chain.keyed_memory:
+            # A stateful DoFn's stage: its input by key, a key's elements together.
+            _LOG.debug("stage %s runs its stateful DoFn on element objects, a key at a time", stage.label)
+            splitter = ElementSplitter(chain.input_coder)
+            blobs = (handed.rdd.mapPartitions(functools.partial(_keyed_object_blobs, splitter, self._parallelism))
+                     if handed is not None else self._read(stage.inputs[0]).mapPartitions(
+                         functools.partial(_keyed_blobs, splitter, self._parallelism)))
+            batches = self._keyed(blobs).mapPartitionsWithIndex(functools.partial(
+                _keyed_group_task, chain.keyed_memory, chain.steps[0].name, self._group_spills))
+        elif handed is not None:
             batches = handed.rdd
         elif self._groups_read_as_objects(stage):
             _LOG.debug("stage %s takes its groups as objects", stage.label)

@@ -22,6 +22,15 @@ outputs (or the pipeline's end), it is a line of:
 - optionally, last, the partial combine Beam puts before a lifted
   ``CombinePerKey``'s shuffle.
 
+A batch stage whose first step is a stateful ``DoFn`` (the stage Beam's
+fusion roots at it, its input partitioned by key) qualifies too, with the
+in-memory state backend, when that ``DoFn`` keeps ``ReadModifyWrite``,
+``Bag``, ``Set`` or ``CombiningValue`` state, sets event-time or
+processing-time timers, takes no side inputs and no parameters beyond its
+element's key, timestamp, window and pane, its state and its timers, has
+no ``start_bundle`` or ``finish_bundle``, and its input's windows do not
+merge (see :func:`stateful_dofn` and :mod:`beam_ext.runner.worker._stateful`).
+
 A line may fork: after a step with tagged outputs (``Partition``, a
 ``ParDo(...).with_outputs(...)``, a dead-letter output), a branch per step
 reading each output; after a ``PCollection`` read by several steps of the
@@ -103,18 +112,67 @@ def simple_dofn(dofn: Any) -> str | None:
     if not isinstance(dofn, core.DoFn):
         return f"{type(dofn).__name__} is not a DoFn"
     signature = DoFnSignature(dofn)
-    if any(True for _ in signature.get_setup_contexts()) or any(True for _ in signature.get_bundle_contexts()):
-        return "it takes setup or bundle contexts"
+    reason = _unsupported(dofn, signature)
+    if reason is not None:
+        return reason
     given = (core.DoFn.ElementParam, core.DoFn.TimestampParam, core.DoFn.WindowParam, core.DoFn.PaneInfoParam,
              core.DoFn.WindowedValueParam, core.DoFn.SideInputParam)
     if any(isinstance(d, (userstate.StateSpec, userstate.TimerSpec))
            or (isinstance(d, core._DoFnParam) and not any(d == g for g in given))
            for d in signature.process_method.defaults):
         return "it takes DoFn parameters other than the element's timestamp, window and pane"
-    if signature.is_stateful_dofn() or signature.is_splittable_dofn():
-        return "it is stateful or splittable"
+    if signature.is_stateful_dofn():
+        return "it is stateful"
+    return None
+
+
+def _unsupported(dofn: Any, signature: Any) -> str | None:
+    """Why no stage on objects runs ``dofn`` (stateful or not), or None."""
+    if any(True for _ in signature.get_setup_contexts()) or any(True for _ in signature.get_bundle_contexts()):
+        return "it takes setup or bundle contexts"
+    if signature.is_splittable_dofn():
+        return "it is splittable"
     if dofn._process_batch_defined or dofn._process_yields_batches or not dofn._process_defined:
         return "it works on batches"
+    return None
+
+
+def stateful_dofn(dofn: Any, windowing: Any) -> str | None:
+    """Why a stateful ``dofn`` reading elements windowed by ``windowing`` does not run on
+    element objects (:mod:`beam_ext.runner.worker._stateful`), or None."""
+    from apache_beam.runners.common import DoFnSignature
+    from apache_beam.transforms import core, userstate
+
+    if not isinstance(dofn, core.DoFn):
+        return f"{type(dofn).__name__} is not a DoFn"
+    signature = DoFnSignature(dofn)
+    reason = _unsupported(dofn, signature)
+    if reason is not None:
+        return reason
+    if sees_bundles(dofn):
+        return "it defines start_bundle or finish_bundle"
+    if windowing.windowfn.is_merging():
+        return "its input's windows merge"
+    given = (core.DoFn.ElementParam, core.DoFn.KeyParam, core.DoFn.TimestampParam, core.DoFn.WindowParam,
+             core.DoFn.PaneInfoParam, core.DoFn.WindowedValueParam)
+    if any(isinstance(d, core._DoFnParam) and not any(d == g for g in given)
+           and not isinstance(d, (core.DoFn.StateParam, core.DoFn.TimerParam))
+           for d in signature.process_method.defaults):
+        return ("its process takes DoFn parameters other than the element's key, timestamp, window and pane, "
+                "its state and its timers")
+    state_specs, timer_specs = userstate.get_dofn_specs(dofn)
+    held = (userstate.ReadModifyWriteStateSpec, userstate.BagStateSpec, userstate.SetStateSpec,
+            userstate.CombiningValueStateSpec)
+    if not all(type(spec) in held for spec in state_specs):
+        return "it keeps a kind of state other than ReadModifyWrite, Bag, Set and CombiningValue"
+    domains = (userstate.TimeDomain.WATERMARK, userstate.TimeDomain.REAL_TIME)
+    if any(spec.time_domain not in domains for spec in timer_specs):
+        return "it sets timers in a time domain other than event time and processing time"
+    for wrapper in signature.timer_methods.values():
+        # Beam calls a callback with keywords alone; WindowedValueParam gets the window there.
+        if (len(wrapper.args) != len(wrapper.defaults) or any(
+                isinstance(d, core._DoFnParam) and d == core.DoFn.WindowedValueParam for d in wrapper.defaults)):
+            return f"its callback {wrapper.method_value.__name__} takes arguments Beam does not fill"
     return None
 
 
@@ -122,7 +180,7 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
                  ends: Mapping[str, DirectEnd], windowing_of: Callable[[str], Any],
                  side_input: Callable[[str, str, str], tuple[int, Any] | None],
                  combine_fn: Callable[[beam_runner_api_pb2.CombinePayload], bytes],
-                 partitions: int) -> DirectChain | None:
+                 partitions: int, keyed_memory: int = 0) -> DirectChain | None:
     """The stage's steps as a :class:`DirectChain`, or None if they are not one.
 
     ``ends``: where each of the stage's data outputs (by transform id) goes,
@@ -131,7 +189,9 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
     id)``: the side input's index among the stage's and its elements'
     coder, or None where it cannot be read whole. ``combine_fn(payload)``: a
     precombine's pickled ``(CombineFn, args, kwargs)``. ``partitions``: of
-    the shuffles the stage writes.
+    the shuffles the stage writes. ``keyed_memory``: the stage is a stateful
+    ``DoFn``'s (its first step), its input grouped by key within this many
+    bytes; 0 for a stage without state.
     """
     transforms = list(transforms)
     consumers: dict[str, list[beam_runner_api_pb2.PTransform]] = {}
@@ -155,7 +215,7 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
         consumers.setdefault(main[0], []).append(transform)
     if start is None or len(start.outputs) != 1:
         return None
-    builder = _LineBuilder(consumers, ends, windowing_of, side_input, combine_fn, partitions)
+    builder = _LineBuilder(consumers, ends, windowing_of, side_input, combine_fn, partitions, bool(keyed_memory))
     [pcoll] = start.outputs.values()
     try:
         chain = builder.line(pcoll)
@@ -164,6 +224,11 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
     # Every transform once on a line (none in a cycle or left over), some work to do.
     if builder.visited + 1 != len(transforms) or not builder.works:
         return None
+    if keyed_memory:
+        # The stateful step takes the input's groups: it must be the first step of the root line.
+        if not chain.steps or not getattr(chain.steps[0], "stateful", False):
+            return None
+        return dataclasses.replace(chain, input_coder=input_coder, keyed_memory=keyed_memory)
     return dataclasses.replace(chain, input_coder=input_coder)
 
 
@@ -175,7 +240,7 @@ class _LineBuilder:
     """Walks a stage's steps from its input to its outputs (see :func:`direct_chain`)."""
 
     def __init__(self, consumers: dict, ends: Mapping[str, DirectEnd], windowing_of: Callable,
-                 side_input: Callable, combine_fn: Callable, partitions: int) -> None:
+                 side_input: Callable, combine_fn: Callable, partitions: int, keyed: bool = False) -> None:
         self.consumers = consumers
         self.ends = ends
         self.windowing_of = windowing_of
@@ -184,6 +249,7 @@ class _LineBuilder:
         self.partitions = partitions
         self.visited = 0
         self.works = False  # a step runs somewhere: else the stage only moves a buffer
+        self.keyed = keyed  # the first step may keep state (see direct_chain's keyed_memory)
 
     def line(self, pcoll: str, first: beam_runner_api_pb2.PTransform | None = None) -> DirectChain:
         """The line of steps reading ``pcoll`` (from ``first`` on, one of its
@@ -257,7 +323,9 @@ class _LineBuilder:
             assign = pickler.dumps((AssignWindows(self.windowing_of(out).windowfn), (), {}, None, None))
             return DirectStep(transform.unique_name, assign, windowing.windowfn)
         payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
-        if (payload.state_specs or payload.timer_family_specs or payload.restriction_coder_id
+        stateful = bool(payload.state_specs or payload.timer_family_specs)
+        # Only a keyed stage's first step may keep state: it alone gets its input grouped by key.
+        if ((stateful and (not self.keyed or self.works or payload.side_inputs)) or payload.restriction_coder_id
                 or payload.requests_finalization):
             raise _NotDirect
         try:
@@ -265,8 +333,11 @@ class _LineBuilder:
         except ValueError:
             raise _NotDirect from None  # a DoFn of another SDK's or an unknown stateless kind
         dofn = _dofn(dofn_data)
-        if dofn is None or simple_dofn(dofn) is not None:
+        if dofn is None or (stateful_dofn(dofn, windowing) if stateful else simple_dofn(dofn)) is not None:
             raise _NotDirect
+        if stateful:
+            return DirectStep(transform.unique_name, dofn_data, windowing.windowfn,
+                              tagged=len(transform.outputs) > 1, stateful=True)
         views = []
         if payload.side_inputs:
             if not isinstance(windowing.windowfn, GlobalWindows):

@@ -242,14 +242,19 @@ class StagePlanner:
             partitions=self._partitions,
             state_backend=self.state[0] if planned.keyed else "memory",
             state_memory_bytes=self.state[1])
-        if (not self.streaming and not planned.keyed and not planned.spread and not stage.timers
-                and len(inputs) == 1):
+        # A stateful stage runs on objects a key at a time, its state held in
+        # memory for that key alone: with the in-memory state backend, which
+        # holds every key's (with the spill backend, Beam's bundle processor
+        # and its state servicer keep the user's choice).
+        if (not self.streaming and not planned.spread and len(inputs) == 1
+                and (planned.keyed and self.state[0] == "memory" or not planned.keyed and not stage.timers)):
             planned.direct = self._direct_chain(stage, input_coders[0], output_ids, outputs, output_pcolls,
-                                                side_inputs)
+                                                side_inputs, keyed=planned.keyed)
         return planned
 
     def _direct_chain(self, stage: Stage, input_coder: Any, output_ids: dict[str, int], outputs: list[bytes],
-                      output_pcolls: list[str], side_inputs: list[SideInputSpec]) -> DirectChain | None:
+                      output_pcolls: list[str], side_inputs: list[SideInputSpec],
+                      keyed: bool = False) -> DirectChain | None:
         from apache_beam.internal import pickler
         from apache_beam.transforms import core
 
@@ -272,7 +277,8 @@ class StagePlanner:
                 shuffle = ShuffleWriter(coder, group.trivial, group.rows)
             ends[transform_id] = DirectEnd(index, coder, shuffle)
         return direct_chain(stage.transforms, input_coder=input_coder, ends=ends, windowing_of=self._windowing,
-                            side_input=side_input, combine_fn=combine_fn, partitions=self._partitions)
+                            side_input=side_input, combine_fn=combine_fn, partitions=self._partitions,
+                            keyed_memory=self.group_memory if keyed else 0)
 
     def _windowing(self, pcoll: str):
         strategy = self._components.pcollections[pcoll].windowing_strategy_id

@@ -116,7 +116,10 @@ class DirectStep:
     the window function of its input (which assigns a ``TimestampedValue``
     output's windows) and its side inputs, in Beam's argument order.
     ``tagged``: the step has tagged outputs (its chain then forks after it).
-    ``bundles``: its DoFn defines ``start_bundle`` or ``finish_bundle``."""
+    ``bundles``: its DoFn defines ``start_bundle`` or ``finish_bundle``.
+    ``stateful``: its DoFn keeps state or sets timers; it is then the first
+    step of its chain and takes the chain's input grouped by key (see
+    :mod:`beam_ext.runner.worker._stateful`)."""
 
     name: str
     payload: bytes
@@ -124,6 +127,7 @@ class DirectStep:
     side_inputs: tuple[DirectSideInput, ...] = ()
     tagged: bool = False
     bundles: bool = False
+    stateful: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +162,10 @@ class DirectChain:
     With ``branches`` the line forks after its steps (see
     :mod:`._branches`): each branch is a chain of its own, ending at one of
     the stage's outputs, ``output`` its index (None: no step reads it).
+
+    ``keyed_memory``: the first step is a stateful DoFn's; the executor
+    hands the chain its input grouped by key (``_stateful.keyed_groups``),
+    held within this many bytes. 0 otherwise.
     """
 
     steps: tuple[DirectStep | DirectCombinePhase, ...]
@@ -168,6 +176,7 @@ class DirectChain:
     partitions: int = 0
     branches: tuple[DirectBranch, ...] = ()
     output: int | None = 0
+    keyed_memory: int = 0
 
     def sees_bundles(self) -> bool:
         """Whether a step of the chain or its branches runs per bundle: its input must be cut into bundles."""
@@ -358,22 +367,19 @@ def _checks_output(dofn: Any) -> bool:
     return not isinstance(dofn, core.CallableWrapperDoFn) and not inspect.isgeneratorfunction(dofn.process)
 
 
-def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, tracker: _Tracker,
-              state: _State, batches: Iterator[Same | list], needs_setup: bool = False,
-              tagged: bool = False) -> Iterator[Same | list]:
-    from apache_beam.pvalue import TaggedOutput
+def output_handler(name: str, window_fn: Any, tagged: bool) -> Callable[[Any, Any], Any]:
+    """``output(wv, result)``: what Beam's ``_OutputHandler`` makes of a step's
+    ``result`` that is not a plain value, for its input element ``wv``: a
+    ``WindowedValue`` kept, a ``TimestampedValue`` given the windows
+    ``window_fn`` assigns, a ``TaggedOutput`` filed under its tag where the
+    step has ``tagged`` outputs (a :class:`Tagged`), refused where it has none."""
     from apache_beam.transforms.window import TimestampedValue, WindowFn
     from apache_beam.utils.windowed_value import WindowedValue
 
     windowing = (WindowedValue, TimestampedValue)
-    special = (WindowedValue, TimestampedValue, TaggedOutput)
-    plain_types: set = set()
     windows_at = assigner(window_fn)
-    stamped = {TimestampedValue}
-    tagged_only = {TaggedOutput}
 
     def output(wv: Any, result: Any) -> Any:
-        """What Beam's ``_OutputHandler`` makes of a result that is not a plain value."""
         if isinstance(result, WindowedValue):
             if len(wv.windows) != 1:
                 result.windows *= len(wv.windows)
@@ -391,6 +397,24 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             raise TypeError(f"In {name}, tag {result.tag!r} is not a string")  # as Beam's output handler
         value = result.value
         return Tagged(result.tag, output(wv, value) if isinstance(value, windowing) else wv.with_value(value))
+
+    return output
+
+
+def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, tracker: _Tracker,
+              state: _State, batches: Iterator[Same | list], needs_setup: bool = False,
+              tagged: bool = False) -> Iterator[Same | list]:
+    from apache_beam.pvalue import TaggedOutput
+    from apache_beam.transforms.window import TimestampedValue
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    windowing = (WindowedValue, TimestampedValue)
+    special = (WindowedValue, TimestampedValue, TaggedOutput)
+    plain_types: set = set()
+    windows_at = assigner(window_fn)
+    stamped = {TimestampedValue}
+    tagged_only = {TaggedOutput}
+    output = output_handler(name, window_fn, tagged)
 
     def by_tag(template: Any, results: list) -> ByTag | None:
         """A tagged step's plain ``results`` and ``TaggedOutput``s of plain
@@ -1302,6 +1326,21 @@ class _ChainRun:
             out = _encoded(chain.output_coder, batches)
         return _indexed(chain.output, out) if self.indexed else out
 
+    def _stateful(self, step: DirectStep, dofn: Any, args: Any, kwargs: Any, state: _State, needs_setup: bool,
+                  input_coder: Any, groups: Iterator[Any]) -> Iterator[Any]:
+        from beam_ext.runner.worker._stateful import run_stateful
+
+        tracker = self.tracker
+        if needs_setup:
+            tracker.enter(state)
+            try:
+                dofn.setup()  # once per instance: the pool keeps it for later tasks
+            except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+                raise _failed(step.name) from exc
+        return run_stateful(step.name, dofn, tuple(args), dict(kwargs),
+                            output_handler(step.name, step.window_fn, step.tagged), step.tagged,
+                            input_coder, functools.partial(tracker.enter, state), _failed, groups)
+
     def line(self, chain: DirectChain, batches: Iterator[Any], root: bool = False) -> Iterator[Any]:
         """The batches out of a chain's steps (and partial combine), run on ``batches``."""
         from apache_beam.internal.util import insert_values_in_args
@@ -1360,12 +1399,16 @@ class _ChainRun:
         # A first step that only picks fields may take batches held as columns
         # (a branch's batches come from steps, never as columns).
         picks = root and steps and steps[0][1] is not None and _picks_fields(steps[0][0], steps[0][1])
-        if root and not picks:
+        if root and not picks and not chain.keyed_memory:
             batches = as_batches(batches)
         for n, (step, info) in enumerate(steps):
             container = MetricsContainer(step.name)
             self.containers.append((step.name, container))
-            if n == 0 and picks:
+            if getattr(step, "stateful", False):  # first on its chain: ``batches`` are its input's groups by key
+                dofn, args, kwargs, _, _ = info
+                batches = self._stateful(step, dofn, args, kwargs, _State(container), id(info) in fresh,
+                                         chain.input_coder, batches)
+            elif n == 0 and picks:
                 batches = _run_picking(step, info[0], tracker, _State(container), batches,
                                        needs_setup=id(info) in fresh)
                 if (len(steps) > 1 or chain.precombine is not None or chain.shuffle is not None or chain.branches
