@@ -479,6 +479,9 @@ class ElementSplitter:
     def encode(self, value: Any) -> bytes:
         return self._coder.get_impl().encode_nested(value)
 
-    def key_of(self, wv: Any) -> bytes:
-        return self._coder.wrapped_value_coder.key_coder().get_impl().encode_nested(
-            wv.value[0])
+    def keyed(self, elements: Iterable[Any]) -> Iterator[tuple[bytes, bytes]]:
+        """``(encoded key, encoded element)`` of each KV element, the coders looked up once."""
+        encode = self._coder.get_impl().encode_nested
+        encode_key = self._coder.wrapped_value_coder.key_coder().get_impl().encode_nested
+        for wv in elements:
+            yield encode_key(wv.value[0]), encode(wv)

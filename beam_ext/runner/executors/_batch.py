@@ -47,8 +47,7 @@ def _tag(index: int, rdd):
 def _keyed_blobs(splitter: ElementSplitter, partitions: int, chunks) -> Iterator:
     buckets = Buckets(partitions)
     for chunk in chunks:
-        yield from buckets.add(
-            (splitter.key_of(wv), splitter.encode(wv)) for wv in splitter.elements(chunk))
+        yield from buckets.add(splitter.keyed(splitter.elements(chunk)))
     yield from buckets.flush()
 
 
@@ -57,7 +56,7 @@ def _keyed_object_blobs(splitter: ElementSplitter, partitions: int, batches) -> 
     buckets = Buckets(partitions)
     for batch in batches:
         if type(batch) is not Marker:
-            yield from buckets.add((splitter.key_of(wv), splitter.encode(wv)) for wv in windowed(batch))
+            yield from buckets.add(splitter.keyed(windowed(batch)))
     yield from buckets.flush()
 
 

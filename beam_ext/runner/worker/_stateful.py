@@ -270,6 +270,13 @@ def _callback_arguments(wrapper: Any) -> list[tuple[str, str, Any]]:
     return found
 
 
+def _check_first(results: Any) -> None:
+    # Beam's check of a DoFn's first result (apache/beam#18712).
+    if isinstance(results, (str, bytes, dict)):
+        raise TypeError(f"Returning a {type(results).__name__} from a ParDo or FlatMap is not allowed. "
+                        f"Please use list({results!r}) if you really want this behavior.")
+
+
 def keyed_groups(memory_bytes: int, stats: SpillStats, blobs: Iterable[bytes]) -> Iterator[tuple[bytes, list | bytes]]:
     """``(encoded key, pieces)`` of a keyed stage's shuffled ``(key, element)``
     blobs, every key once: ``pieces`` are the nested encodings of its
@@ -313,12 +320,11 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
     checked = False
 
     def emit(template: WindowedValue, results: Any) -> Iterator[Any]:
+        """A timer callback's ``results``, in batches (``out`` filled as the element loop fills it)."""
         nonlocal out, checked
         if not checked:
             checked = True
-            if isinstance(results, (str, bytes, dict)):  # Beam's check of a DoFn's first result
-                raise TypeError(f"Returning a {type(results).__name__} from a ParDo or FlatMap is not allowed. "
-                                f"Please use list({results!r}) if you really want this behavior.")
+            _check_first(results)
         for result in results:
             out.append(output(template, result) if isinstance(result, special) else template.with_value(result))
             if len(out) >= BATCH:
@@ -326,27 +332,36 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
                 out = []
                 enter()
 
-    def call(template: WindowedValue, key: Any, held: _KeyState) -> Any:
-        window = template.windows[0]
+    # A key's state and its window are the same for all its elements in that
+    # window: they are put in a window's arguments once, the rest per element.
+    per_window = [(i, spec) for i, kind, spec in fill if kind == "state"]
+    windowed_fill = [i for i, kind, _ in fill if kind == "window"]
+    per_element = [(i, kind, spec) for i, kind, spec in fill if kind not in ("state", "window")]
+    # Most often the element is all that changes from call to call.
+    element_at = per_element[0][0] if [kind for _, kind, _ in per_element] == ["element"] else None
+
+    def arguments_for(window: Any, held: _KeyState) -> list:
         arguments = list(bound)
-        for i, kind, spec in fill:
+        for i, spec in per_window:
+            arguments[i] = held.state(spec, window)
+        for i in windowed_fill:
+            arguments[i] = window
+        return arguments
+
+    def fill_element(arguments: list, template: WindowedValue, key: Any, window: Any, held: _KeyState) -> None:
+        for i, kind, spec in per_element:
             if kind == "element":
                 arguments[i] = template.value
-            elif kind == "state":
-                arguments[i] = held.state(spec, window)
             elif kind == "timer":
                 arguments[i] = _RuntimeTimer(held.timers, spec.name, key, window, template.pane_info)
             elif kind == "key":
                 arguments[i] = key
-            elif kind == "window":
-                arguments[i] = window
             elif kind == "timestamp":
                 arguments[i] = template.timestamp
             elif kind == "pane":
                 arguments[i] = template.pane_info
             else:
                 arguments[i] = template
-        return process(*arguments, **keywords)
 
     def fire(ident: tuple, timer: _Timer, held: _KeyState) -> Any:
         callback, parameters = callbacks[timer.family]
@@ -371,6 +386,8 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
         for _, pieces in groups:
             enter()
             held = _KeyState(new)
+            prepared: dict[Any, list] = {}  # a window's arguments, its state in place
+            last_window = last = None
             try:
                 stream = create_InputStream(pieces if type(pieces) is bytes else b"".join(pieces))
                 while stream.size() > 0:
@@ -384,9 +401,29 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
                     for window in windows:
                         template = wv if len(windows) == 1 else WindowedValue(
                             wv.value, wv.timestamp, (window,), wv.pane_info)
-                        results = call(template, key, held)
-                        if results is not None:
-                            yield from emit(template, results)
+                        if window is not last_window:
+                            last = prepared.get(window)
+                            if last is None:
+                                last = prepared[window] = arguments_for(window, held)
+                            last_window = window
+                        # The list is reused: a call unpacks it into its own arguments.
+                        if element_at is not None:
+                            last[element_at] = template.value
+                        else:
+                            fill_element(last, template, key, window, held)
+                        results = process(*last, **keywords)
+                        if results is None:
+                            continue
+                        if not checked:
+                            checked = True
+                            _check_first(results)
+                        for result in results:
+                            out.append(output(template, result) if isinstance(result, special)
+                                       else template.with_value(result))
+                            if len(out) >= BATCH:
+                                yield out if tagged else as_batch(out)
+                                out = []
+                                enter()
                 while held.timers:
                     # All pending timers are due at the end of input; those set
                     # while they fire wait for the next round.
