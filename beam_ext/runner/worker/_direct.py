@@ -31,6 +31,8 @@ steps run as Beam's ``DoFnRunner`` and ``PGBKCVOperation`` would run them:
   fields (:mod:`beam_ext.runner.worker._schema_group_by`);
 - a first step that is a ``Map`` only picking fields takes a batch held as
   columns as columns (:mod:`beam_ext.runner.worker._projection`);
+- a first step that is a stateful ``DoFn`` takes the stage's input grouped
+  by key and runs a key at a time (:mod:`beam_ext.runner.worker._stateful`);
 - an output feeding a GroupByKey is written as the bundle processor's
   output would be: the same key bytes and payloads, packed per target
   partition;
