@@ -106,13 +106,9 @@ def simple_dofn(dofn: Any) -> str | None:
     per bundle of the stage's input, cut as Beam's bundle processor cuts it.
     ``setup`` and ``teardown`` see only the instance.
     """
-    from apache_beam.runners.common import DoFnSignature
     from apache_beam.transforms import core, userstate
 
-    if not isinstance(dofn, core.DoFn):
-        return f"{type(dofn).__name__} is not a DoFn"
-    signature = DoFnSignature(dofn)
-    reason = _unsupported(dofn, signature)
+    signature, reason = _signature(dofn)
     if reason is not None:
         return reason
     given = (core.DoFn.ElementParam, core.DoFn.TimestampParam, core.DoFn.WindowParam, core.DoFn.PaneInfoParam,
@@ -126,27 +122,29 @@ def simple_dofn(dofn: Any) -> str | None:
     return None
 
 
-def _unsupported(dofn: Any, signature: Any) -> str | None:
-    """Why no stage on objects runs ``dofn`` (stateful or not), or None."""
+def _signature(dofn: Any) -> tuple[Any, str | None]:
+    """``dofn``'s ``DoFnSignature``, and why no stage on objects runs it (stateful or not), or None."""
+    from apache_beam.runners.common import DoFnSignature
+    from apache_beam.transforms import core
+
+    if not isinstance(dofn, core.DoFn):
+        return None, f"{type(dofn).__name__} is not a DoFn"
+    signature = DoFnSignature(dofn)
     if any(True for _ in signature.get_setup_contexts()) or any(True for _ in signature.get_bundle_contexts()):
-        return "it takes setup or bundle contexts"
+        return signature, "it takes setup or bundle contexts"
     if signature.is_splittable_dofn():
-        return "it is splittable"
+        return signature, "it is splittable"
     if dofn._process_batch_defined or dofn._process_yields_batches or not dofn._process_defined:
-        return "it works on batches"
-    return None
+        return signature, "it works on batches"
+    return signature, None
 
 
 def stateful_dofn(dofn: Any, windowing: Any) -> str | None:
     """Why a stateful ``dofn`` reading elements windowed by ``windowing`` does not run on
     element objects (:mod:`beam_ext.runner.worker._stateful`), or None."""
-    from apache_beam.runners.common import DoFnSignature
     from apache_beam.transforms import core, userstate
 
-    if not isinstance(dofn, core.DoFn):
-        return f"{type(dofn).__name__} is not a DoFn"
-    signature = DoFnSignature(dofn)
-    reason = _unsupported(dofn, signature)
+    signature, reason = _signature(dofn)
     if reason is not None:
         return reason
     if sees_bundles(dofn):

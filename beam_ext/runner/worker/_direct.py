@@ -525,7 +525,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                             tracker.enter(state)
                     continue
                 if check:
-                    _check_result(results)
+                    check_result(results)
                     check = False
                 if results is None:
                     continue
@@ -733,7 +733,7 @@ def _run_with_params(name: str, invoker: tuple[Callable, bool], check: bool, out
                     for value in values:
                         results = call(value, template)
                         if check:
-                            _check_result(results)
+                            check_result(results)
                             check = False
                         if results is not None:
                             out = yield from _fan_out(out, results, template, outputs, tracker, state)
@@ -744,7 +744,7 @@ def _run_with_params(name: str, invoker: tuple[Callable, bool], check: bool, out
             for wv, [value] in _per_window(batch, observes_window):
                 results = call(value, wv)
                 if check:
-                    _check_result(results)
+                    check_result(results)
                     check = False
                 if results is not None:
                     elements += [output(wv, r) if isinstance(r, special) else wv.with_value(r) for r in results]
@@ -758,8 +758,8 @@ def _run_with_params(name: str, invoker: tuple[Callable, bool], check: bool, out
             raise _failed(name) from exc
 
 
-def _check_result(results: Any) -> None:
-    # Beam's check of a DoFn class's first result (apache/beam#18712).
+def check_result(results: Any) -> None:
+    """Beam's check of a DoFn's first result (apache/beam#18712): not a str, bytes or dict."""
     if isinstance(results, (str, bytes, dict)):
         raise TypeError(f"Returning a {type(results).__name__} from a ParDo or FlatMap is not allowed. "
                         f"Please use list({results!r}) if you really want this behavior.")
@@ -778,7 +778,7 @@ def _run_windowed(process: Callable, is_map: bool, check: bool, output: Callable
         for wv in batch:
             results = process(wv.value)
             if check:
-                _check_result(results)
+                check_result(results)
                 check = False
             if results is None:
                 continue

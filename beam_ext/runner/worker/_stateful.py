@@ -55,6 +55,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_ext.runner._element_batches import BATCH, as_batch
 from beam_ext.runner._group_spill import ExternalGrouping, SpillStats
 from beam_ext.runner._shuffle import unpack
+from beam_ext.runner.worker._direct import check_result
 
 _EMPTY = object()
 
@@ -270,13 +271,6 @@ def _callback_arguments(wrapper: Any) -> list[tuple[str, str, Any]]:
     return found
 
 
-def _check_first(results: Any) -> None:
-    # Beam's check of a DoFn's first result (apache/beam#18712).
-    if isinstance(results, (str, bytes, dict)):
-        raise TypeError(f"Returning a {type(results).__name__} from a ParDo or FlatMap is not allowed. "
-                        f"Please use list({results!r}) if you really want this behavior.")
-
-
 def keyed_groups(memory_bytes: int, stats: SpillStats, blobs: Iterable[bytes]) -> Iterator[tuple[bytes, list | bytes]]:
     """``(encoded key, pieces)`` of a keyed stage's shuffled ``(key, element)``
     blobs, every key once: ``pieces`` are the nested encodings of its
@@ -324,7 +318,7 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
         nonlocal out, checked
         if not checked:
             checked = True
-            _check_first(results)
+            check_result(results)
         for result in results:
             out.append(output(template, result) if isinstance(result, special) else template.with_value(result))
             if len(out) >= BATCH:
@@ -416,7 +410,7 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
                             continue
                         if not checked:
                             checked = True
-                            _check_first(results)
+                            check_result(results)
                         for result in results:
                             out.append(output(template, result) if isinstance(result, special)
                                        else template.with_value(result))
