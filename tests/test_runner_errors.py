@@ -137,6 +137,19 @@ def test_non_deterministic_key_coder_is_rejected(spark):
                 beam.typehints.Tuple[Unordered, int]) | beam.GroupByKey())
 
 
+def test_a_flatten_of_global_and_fixed_windows_is_refused_naming_it(spark):
+    # Beam's Python SDK builds it; its output would read one input's windows
+    # with the other's window coder (a global window's element came out as None).
+    from apache_beam.transforms import window
+
+    with pytest.raises(ValueError, match=r"Flatten 'Both': its input .*global_window.*interval_window"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            fixed = (p | "Fixed" >> beam.Create([("a", 1)]) | beam.Map(lambda kv: window.TimestampedValue(kv, 5))
+                     | beam.WindowInto(window.FixedWindows(25)) | beam.GroupByKey())
+            plain = p | "Plain" >> beam.Create([("c", [3])])
+            _ = (fixed, plain) | "Both" >> beam.Flatten()
+
+
 class _DeclaresUnknownNative(beam.PTransform):
     """A composite naming a URN the runner's table does not have."""
 

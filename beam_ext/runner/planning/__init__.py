@@ -15,7 +15,13 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
 from beam_ext.runner.planning._io_overrides import io_overrides, swap_native_io
-from beam_ext.runner.planning._phases import RUNNER_URNS, check_supported, optimize_phases, substitute_natives
+from beam_ext.runner.planning._phases import (
+    RUNNER_URNS,
+    check_flattens,
+    check_supported,
+    optimize_phases,
+    substitute_natives,
+)
 from beam_ext.runner.planning._reshuffle import drop_reshuffles_after_create
 from beam_ext.runner.planning._stages import GroupSpec, NativeSpec, Plan, PlannedStage, SideInputSpec, StagePlanner
 from beam_ext.runner.planning._test_stream import TestStreamAsBoundedSource, TestStreamSpec
@@ -40,6 +46,7 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     if streaming:
         runner_urns |= {common_urns.primitives.TEST_STREAM.urn}
     check_supported(proto, runner_urns)
+    check_flattens(proto)
     context, stages = translations.create_and_optimize_stages(
         proto, phases=optimize_phases(streaming), known_runner_urns=runner_urns,
         is_drain=is_drain)

@@ -283,6 +283,36 @@ def unsupported_leaves(proto: beam_runner_api_pb2.Pipeline,
             if not t.subtransforms and t.spec.urn and t.spec.urn not in known]
 
 
+def check_flattens(proto: beam_runner_api_pb2.Pipeline) -> None:
+    """Refuses, naming it, a ``Flatten`` of inputs whose windows are of another kind than its output's.
+
+    Beam's Python SDK builds such a ``Flatten`` without complaint (Beam's
+    Java SDK refuses it). Its output's coder then reads an input's windows
+    with another window coder: Beam's FnApiRunner fails decoding them, and
+    a stage here would read garbage as elements, e.g. a global window's
+    element as None.
+    """
+    components = proto.components
+
+    def window_kind(pcoll: str) -> str:
+        strategy = components.windowing_strategies[components.pcollections[pcoll].windowing_strategy_id]
+        return components.coders[strategy.window_coder_id].spec.urn
+
+    for transform_id, transform in components.transforms.items():
+        if transform.spec.urn != common_urns.primitives.FLATTEN.urn or not transform.outputs:
+            continue
+        [out] = transform.outputs.values()
+        wanted = window_kind(out)
+        for tag, pcoll in transform.inputs.items():
+            kind = window_kind(pcoll)
+            if kind != wanted:
+                name = transform.unique_name or transform_id
+                raise ValueError(
+                    f"Flatten {name!r}: its input {tag!r} ({components.pcollections[pcoll].unique_name}) has "
+                    f"windows of another kind ({kind}) than its output ({wanted}); apply the same WindowInto "
+                    "to every input of a Flatten first")
+
+
 def check_supported(proto: beam_runner_api_pb2.Pipeline, runner_urns: frozenset[str]) -> None:
     """Refuses, naming the transform, any leaf neither Beam's worker nor the runner can run."""
     for name, urn in unsupported_leaves(proto, runner_urns)[:1]:
