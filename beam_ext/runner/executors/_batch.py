@@ -44,28 +44,16 @@ def _tag(index: int, rdd):
     return rdd.map(lambda chunk: (index, chunk))
 
 
-def _keyed_blobs(splitter: ElementSplitter, partitions: int, chunks) -> Iterator:
+def _keyed_blobs(splitter: ElementSplitter, partitions: int, chunks, objects: bool = False) -> Iterator:
+    """``(target partition, blob)`` of encoded ``chunks`` of KV elements by key, or of
+    element batches handed on as ``objects`` (each element encoded once)."""
     buckets = Buckets(partitions)
-    for chunk in chunks:
-        yield from buckets.add(splitter.keyed(splitter.elements(chunk)))
+    for part in chunks:
+        if not objects:
+            yield from buckets.add(splitter.keyed(splitter.elements(part)))
+        elif type(part) is not Marker:
+            yield from buckets.add(splitter.keyed(windowed(part)))
     yield from buckets.flush()
-
-
-def _keyed_object_blobs(splitter: ElementSplitter, partitions: int, batches) -> Iterator:
-    """As :func:`_keyed_blobs`, of element batches handed on as objects: each element encoded once."""
-    buckets = Buckets(partitions)
-    for batch in batches:
-        if type(batch) is not Marker:
-            yield from buckets.add(splitter.keyed(windowed(batch)))
-    yield from buckets.flush()
-
-
-def _keyed_group_task(memory_bytes: int, step: str, reports, partition: int, blobs) -> Iterator:
-    """A stateful stage's input grouped by key (``keyed_groups``); what spilled, reported under ``step``."""
-    stats = SpillStats()
-    yield from keyed_groups(memory_bytes, stats, blobs)
-    if stats.runs:
-        reports.add({(step, partition): (stats.runs, stats.bytes)})
 
 
 def _rekeyed_chunks(index: int, blobs) -> Iterator:
@@ -111,7 +99,8 @@ def _direct_task(chain, setup, side_inputs, reports, stage_name: str, batches_ou
 
 def _group_task(read: Callable, step: str, reports, partition: int, blobs) -> Iterator:
     """A grouping task: ``read(blobs, stats=...)`` (a GroupReader's encoded or
-    object read), then what spilled, reported under the GroupByKey ``step``."""
+    object read, or a stateful stage's ``keyed_groups``), then what spilled,
+    reported under the grouping's ``step`` (the GroupByKey, or the stateful step)."""
     stats = SpillStats()
     yield from read(blobs, stats=stats)
     if stats.runs:
@@ -395,11 +384,12 @@ class BatchExecutor:
             # A stateful DoFn's stage: its input by key, a key's elements together.
             _LOG.debug("stage %s runs its stateful DoFn on element objects, a key at a time", stage.label)
             splitter = ElementSplitter(chain.input_coder)
-            blobs = (handed.rdd.mapPartitions(functools.partial(_keyed_object_blobs, splitter, self._parallelism))
-                     if handed is not None else self._read(stage.inputs[0]).mapPartitions(
-                         functools.partial(_keyed_blobs, splitter, self._parallelism)))
+            source = handed.rdd if handed is not None else self._read(stage.inputs[0])
+            blobs = source.mapPartitions(functools.partial(
+                _keyed_blobs, splitter, self._parallelism, objects=handed is not None))
             batches = self._keyed(blobs).mapPartitionsWithIndex(functools.partial(
-                _keyed_group_task, chain.keyed_memory, chain.steps[0].name, self._group_spills))
+                _group_task, functools.partial(keyed_groups, chain.keyed_memory), chain.steps[0].name,
+                self._group_spills))
         elif handed is not None:
             batches = handed.rdd
         elif self._groups_read_as_objects(stage):

@@ -244,7 +244,7 @@ def _argument_fillers(method: Any, args: tuple, kwargs: dict) -> tuple[list, dic
         elif isinstance(p, core.DoFn.StateParam):
             fill.append((i, "state", p.state_spec.name))
         elif isinstance(p, core.DoFn.TimerParam):
-            fill.append((i, "timer", p.timer_spec))
+            fill.append((i, "timer", p.timer_spec.name))
         else:  # the planner admits no other parameter
             raise ValueError(f"process takes {p}, which stages on objects do not give")
     return bound, keywords, fill
@@ -271,7 +271,8 @@ def _callback_arguments(wrapper: Any) -> list[tuple[str, str, Any]]:
     return found
 
 
-def keyed_groups(memory_bytes: int, stats: SpillStats, blobs: Iterable[bytes]) -> Iterator[tuple[bytes, list | bytes]]:
+def keyed_groups(memory_bytes: int, blobs: Iterable[bytes],
+                 stats: SpillStats | None = None) -> Iterator[tuple[bytes, list | bytes]]:
     """``(encoded key, pieces)`` of a keyed stage's shuffled ``(key, element)``
     blobs, every key once: ``pieces`` are the nested encodings of its
     elements, in a list or joined. Held within ``memory_bytes``, sorted runs
@@ -347,7 +348,7 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
             if kind == "element":
                 arguments[i] = template.value
             elif kind == "timer":
-                arguments[i] = _RuntimeTimer(held.timers, spec.name, key, window, template.pane_info)
+                arguments[i] = _RuntimeTimer(held.timers, spec, key, window, template.pane_info)
             elif kind == "key":
                 arguments[i] = key
             elif kind == "timestamp":
