@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pipeline_outputs import spark_equals_direct
 
 from beam_ext.runner import PipelineError, SparkRunner
+from beam_ext.runner.planning import plan_pipeline
 from beam_ext.runner.worker._plain_accumulators import plain_accumulators
 
 pytestmark = pytest.mark.usefixtures("spark")
@@ -216,6 +217,51 @@ def test_side_inputs_of_every_kind_are_read_whole(tmp_path, caplog):
     # The three read straight from a Create (the dict, the list, the
     # iterable) are listed on the driver, without a Spark job.
     assert sum("listed on the driver" in r.getMessage() for r in caplog.records) == 3
+
+
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(st.tuples(_EVENTS, st.sampled_from([*sorted(WINDOWS), "sessions"])), min_size=1, max_size=3))
+def test_windowed_elements_read_global_side_inputs_whole_on_objects_as_beam(tmp_path_factory, cases):
+    def build(p, case, events, windows):
+        # Beam maps every window to a global side input's one window: each
+        # element, once per window it is in, reads the whole views.
+        table = p | f"Table{case}" >> beam.Create([("a", 2), ("c", -1)])
+        numbers = p | f"Numbers{case}" >> beam.Create([10, 20])
+        return (_timestamped(p, events, case)
+                | f"Window{case}" >> beam.WindowInto(WINDOWS.get(windows) or window.Sessions(3))
+                | f"Enrich{case}" >> beam.Map(
+                    lambda kv, d, xs, one: (kv[0], kv[1] * d.get(kv[0], 1), sorted(xs), one),
+                    beam.pvalue.AsDict(table), beam.pvalue.AsList(numbers),
+                    one=beam.pvalue.AsSingleton(p | f"One{case}" >> beam.Create([7])))
+                | f"Stamped{case}" >> beam.ParDo(_Stamped()))
+    _cases_equal_beam(build, cases, tmp_path_factory.mktemp("side"))
+    assert set(_enriching_on_objects(lambda p: [build(p, str(i), *args) for i, args in enumerate(cases)])) == {True}
+
+
+def _windowed_side_input(p):
+    side = (p | "Side" >> beam.Create([("a", 2, 1), ("a", 5, 8)])
+            | "StampSide" >> beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts))
+            | "WindowSide" >> beam.WindowInto(window.FixedWindows(5)))
+    return (p | beam.Create([("a", 1, 0), ("a", 3, 7)])
+            | beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts))
+            | beam.WindowInto(window.FixedWindows(5))
+            | "Enrich" >> beam.Map(lambda kv, d: (kv[0], kv[1] * d[kv[0]]), beam.pvalue.AsDict(side))
+            | beam.ParDo(_Stamped()))
+
+
+def test_a_side_input_in_windows_of_its_own_keeps_the_bundle_processor(tmp_path):
+    got = spark_equals_direct(_windowed_side_input, tmp_path)
+    # Each element reads the side input's window it falls in.
+    assert sorted(row[0] for row in got) == [["a", 2], ["a", 15]]
+    assert _enriching_on_objects(_windowed_side_input) == [False]
+
+
+def _enriching_on_objects(build) -> list[bool]:
+    """Of each planned stage with an ``Enrich`` step: whether it runs on element objects."""
+    p = beam.Pipeline()
+    build(p)
+    plan = plan_pipeline(p.to_runner_api(), 1 << 20, 2)
+    return [stage.direct is not None for stage in plan.stages if any("Enrich" in step for step in stage.steps)]
 
 
 def _weighted(word, table, scale=1, *, suffix):

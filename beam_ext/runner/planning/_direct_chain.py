@@ -13,8 +13,9 @@ outputs (or the pipeline's end), it is a line of:
   ``PaneInfoParam`` and ``WindowedValueParam`` (``WindowInto`` takes the
   first two), or setup or bundle contexts;
 - side inputs of such a step read as a whole (``AsDict``, ``AsList``,
-  ``AsIter``, ``AsSingleton``), where both the step's input and the side
-  input are in the global window;
+  ``AsIter``, ``AsSingleton``) from the global window: the step's input is
+  in the global window too, or in any windows that Beam's default mapping
+  for a global side input maps to it;
 - the steps of a lifted combine after its GroupByKey (merging a key's
   accumulators, extracting its output);
 - a ``Flatten`` of this one line alone (what Beam's fusion puts before a
@@ -337,19 +338,36 @@ class _LineBuilder:
             return DirectStep(transform.unique_name, dofn_data, windowing.windowfn,
                               tagged=len(transform.outputs) > 1, stateful=True)
         views = []
-        if payload.side_inputs:
-            if not isinstance(windowing.windowfn, GlobalWindows):
+        # A side input in the global window, read through Beam's default
+        # mapping from any window to the global one, is the same whole view
+        # for every element, whatever the element's windows.
+        windowed = not isinstance(windowing.windowfn, GlobalWindows)
+        for tag in sorted(payload.side_inputs, key=sideinputs.get_sideinput_index):
+            proto = payload.side_inputs[tag]
+            found = self.side_input(transform.unique_name, tag, transform.inputs[tag])
+            if (found is None or proto.access_pattern.urn != common_urns.side_inputs.ITERABLE.urn
+                    or not isinstance(self.windowing_of(transform.inputs[tag]).windowfn, GlobalWindows)
+                    or windowed and not _maps_to_global(proto.window_mapping_fn)):
                 raise _NotDirect
-            for tag in sorted(payload.side_inputs, key=sideinputs.get_sideinput_index):
-                proto = payload.side_inputs[tag]
-                found = self.side_input(transform.unique_name, tag, transform.inputs[tag])
-                if (found is None or proto.access_pattern.urn != common_urns.side_inputs.ITERABLE.urn
-                        or not isinstance(self.windowing_of(transform.inputs[tag]).windowfn, GlobalWindows)):
-                    raise _NotDirect
-                index, coder = found
-                views.append(DirectSideInput(index, proto.view_fn.payload, coder))
+            index, coder = found
+            views.append(DirectSideInput(index, proto.view_fn.payload, coder))
         return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views),
                           tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn))
+
+
+def _maps_to_global(mapping: beam_runner_api_pb2.FunctionSpec) -> bool:
+    """Whether a side input's window mapping is Beam's default for a global
+    side input: every window to the global one."""
+    from apache_beam.internal import pickler
+    from apache_beam.portability import python_urns
+    from apache_beam.transforms import sideinputs
+
+    if mapping.urn != python_urns.PICKLED_WINDOW_MAPPING_FN:
+        return False
+    try:
+        return pickler.loads(mapping.payload) is sideinputs._global_window_mapping_fn
+    except Exception:  # noqa: BLE001 - a mapping that does not unpickle here keeps Beam's path
+        return False
 
 
 def _is_side_tag(transform: beam_runner_api_pb2.PTransform, tag: str) -> bool:
