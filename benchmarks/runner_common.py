@@ -138,6 +138,13 @@ CASES: dict[str, tuple[str, Callable]] = {
         p, n, beam.pvalue.AsList, list(range(1000)), lambda x, s: x + s[x % len(s)])),
     "side_singleton": ("Map with an AsSingleton side input", lambda p, n: _side(
         p, n, beam.pvalue.AsSingleton, [3], lambda x, s: x * s)),
+    "windowed_side": ("Map in 1-minute windows with an AsDict side input of 100, summed per key and window",
+                      lambda p, n: (
+        _stamped(p, n, 3600) | "Fix" >> beam.WindowInto(window.FixedWindows(60))
+        | beam.Map(lambda kv, rates: (kv[0], kv[1] * rates[kv[0]]),
+                   rates=beam.pvalue.AsDict(p | "Rates" >> beam.Create([(k, k % 7) for k in range(100)])))
+        | beam.CombinePerKey(sum) | "Unwindow" >> beam.WindowInto(window.GlobalWindows())
+        | beam.combiners.Count.Globally())),
     "combine_fn_class": ("CombinePerKey of a CombineFn class, 1,000 keys", lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.CombinePerKey(_Mean()))),
     "count_per_element": ("Count.PerElement, 1,000 values", lambda p, n: (
