@@ -223,13 +223,37 @@ class _Ordered(beam.DoFn):
 
 
 class _Bundled(_RunningCount):
+    """A running count that also reports, when each bundle finishes, the keys the bundle saw."""
+
     def start_bundle(self):
-        self.started = True
+        self.keys = set()
+
+    def process(self, kv, count=beam.DoFn.StateParam(_RunningCount.COUNT)):
+        self.keys.add(kv[0])
+        yield from super().process(kv, count)
+
+    def finish_bundle(self):
+        yield window.GlobalWindows.windowed_value(("bundle", sorted(self.keys)))
+
+
+@pytest.mark.parametrize("bundle_size", [1 << 20, 64])
+def test_a_stateful_dofn_with_bundle_methods_sees_bundles_of_whole_keys(tmp_path, bundle_size):
+    def build(p):
+        return p | beam.Create([(k, i) for i in range(30) for k in range(7)]) | beam.ParDo(_Bundled())
+    assert _on_objects(build) == [True]
+    options = [f"--spark_bundle_size={bundle_size}"]
+    got = run_and_collect(SparkRunner(), build, str(tmp_path), options)
+    counts = [row for row in got if row[0] != "bundle"]
+    assert sorted(counts) == sorted([k, n] for k in range(7) for n in range(1, 31))
+    bundles = [keys for tag, keys in got if tag == "bundle"]
+    # Every key in exactly one bundle: its state and its elements stay together.
+    assert sorted(k for keys in bundles for k in keys) == list(range(7))
+    if bundle_size == 64:
+        assert len(bundles) == 7  # a key's 30 elements pass 64 bytes: one key a bundle
 
 
 @pytest.mark.parametrize("dofn, kw", [
     pytest.param(_Ordered(), {}, id="ordered-list-state"),
-    pytest.param(_Bundled(), {}, id="start-bundle"),
     pytest.param(_RunningCount(), {"state_backend": "spill"}, id="spill-state-backend"),
 ])
 def test_stateful_stages_beam_s_bundle_processor_keeps(dofn, kw):

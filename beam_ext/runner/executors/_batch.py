@@ -387,9 +387,11 @@ class BatchExecutor:
             source = handed.rdd if handed is not None else self._read(stage.inputs[0])
             blobs = source.mapPartitions(functools.partial(
                 _keyed_blobs, splitter, self._parallelism, objects=handed is not None))
+            # A DoFn that sees bundles gets them of whole keys, of about the size Beam's bundle processor cuts.
+            read = functools.partial(keyed_groups, chain.keyed_memory,
+                                     bundle_bytes=stage.spec.bundle_bytes if chain.sees_bundles() else 0)
             batches = self._keyed(blobs).mapPartitionsWithIndex(functools.partial(
-                _group_task, functools.partial(keyed_groups, chain.keyed_memory), chain.steps[0].name,
-                self._group_spills))
+                _group_task, read, chain.steps[0].name, self._group_spills))
         elif handed is not None:
             batches = handed.rdd
         elif self._groups_read_as_objects(stage):

@@ -28,9 +28,10 @@ fusion roots at it, its input partitioned by key) qualifies too, with the
 in-memory state backend, when that ``DoFn`` keeps ``ReadModifyWrite``,
 ``Bag``, ``Set`` or ``CombiningValue`` state, sets event-time or
 processing-time timers, takes no side inputs and no parameters beyond its
-element's key, timestamp, window and pane, its state and its timers, has
-no ``start_bundle`` or ``finish_bundle``, and its input's windows do not
-merge (see :func:`stateful_dofn` and :mod:`beam_ext.runner.worker._stateful`).
+element's key, timestamp, window and pane, its state and its timers, and
+its input's windows do not merge (see :func:`stateful_dofn` and
+:mod:`beam_ext.runner.worker._stateful`). Its ``start_bundle`` and
+``finish_bundle`` run per bundle of whole keys.
 
 A line may fork: after a step with tagged outputs (``Partition``, a
 ``ParDo(...).with_outputs(...)``, a dead-letter output), a branch per step
@@ -148,8 +149,6 @@ def stateful_dofn(dofn: Any, windowing: Any) -> str | None:
     signature, reason = _signature(dofn)
     if reason is not None:
         return reason
-    if sees_bundles(dofn):
-        return "it defines start_bundle or finish_bundle"
     if windowing.windowfn.is_merging():
         return "its input's windows merge"
     given = (core.DoFn.ElementParam, core.DoFn.KeyParam, core.DoFn.TimestampParam, core.DoFn.WindowParam,
@@ -336,7 +335,7 @@ class _LineBuilder:
             raise _NotDirect
         if stateful:
             return DirectStep(transform.unique_name, dofn_data, windowing.windowfn,
-                              tagged=len(transform.outputs) > 1, stateful=True)
+                              tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn), stateful=True)
         views = []
         # A side input in the global window, read through Beam's default
         # mapping from any window to the global one, is the same whole view

@@ -1408,8 +1408,13 @@ class _ChainRun:
             self.containers.append((step.name, container))
             if getattr(step, "stateful", False):  # first on its chain: ``batches`` are its input's groups by key
                 dofn, args, kwargs, _, _ = info
-                batches = self._stateful(step, dofn, args, kwargs, _State(container), id(info) in fresh,
-                                         chain.input_coder, batches)
+                run = functools.partial(self._stateful, step, dofn, args, kwargs, _State(container))
+                if step.bundles:
+                    batches = _in_bundles(step.name, dofn, step.tagged, tracker, _State(container),
+                                          id(info) in fresh, functools.partial(run, False, chain.input_coder),
+                                          batches)
+                else:
+                    batches = run(id(info) in fresh, chain.input_coder, batches)
             elif n == 0 and picks:
                 batches = _run_picking(step, info[0], tracker, _State(container), batches,
                                        needs_setup=id(info) in fresh)

@@ -20,6 +20,10 @@ grouping's memory budget, spilling sorted runs beyond it) and, for each key:
   left;
 - then drop the key's state: only one key's state is held at a time.
 
+A ``DoFn`` with ``start_bundle`` or ``finish_bundle`` gets bundles of
+whole keys (``keyed_groups``' ``bundle_bytes``), run by the chain's
+``_in_bundles`` as a stateless step's are.
+
 What Beam's runtime objects do, the ones here do too:
 
 - ``ReadModifyWriteState.read`` gives the last value written or None; a
@@ -52,7 +56,7 @@ from apache_beam.transforms import core, userstate
 from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
-from beam_ext.runner._element_batches import BATCH, as_batch
+from beam_ext.runner._element_batches import BATCH, BUNDLE_END, Marker, as_batch
 from beam_ext.runner._group_spill import ExternalGrouping, SpillStats
 from beam_ext.runner._shuffle import unpack
 from beam_ext.runner.worker._direct import check_result
@@ -271,26 +275,38 @@ def _callback_arguments(wrapper: Any) -> list[tuple[str, str, Any]]:
     return found
 
 
-def keyed_groups(memory_bytes: int, blobs: Iterable[bytes],
-                 stats: SpillStats | None = None) -> Iterator[tuple[bytes, list | bytes]]:
+def keyed_groups(memory_bytes: int, blobs: Iterable[bytes], stats: SpillStats | None = None,
+                 bundle_bytes: int = 0) -> Iterator[tuple[bytes, list | bytes] | Marker]:
     """``(encoded key, pieces)`` of a keyed stage's shuffled ``(key, element)``
     blobs, every key once: ``pieces`` are the nested encodings of its
     elements, in a list or joined. Held within ``memory_bytes``, sorted runs
-    spilled beyond it (counted in ``stats``)."""
+    spilled beyond it (counted in ``stats``).
+
+    With ``bundle_bytes`` (a DoFn that sees bundles), a :data:`BUNDLE_END`
+    before the key after the one whose elements bring a bundle to that many
+    bytes: a bundle holds whole keys, as state and timers are a key's.
+    """
     grouping = ExternalGrouping(memory_bytes, stats)
+    size = 0
     try:
         grouping.add_all(unpack(blobs))
         for key, _, pieces in grouping.groups():
+            if bundle_bytes and size >= bundle_bytes:
+                yield BUNDLE_END
+                size = 0
             yield key, pieces
+            if bundle_bytes:
+                size += len(pieces) if type(pieces) is bytes else sum(map(len, pieces))
     finally:
         grouping.close()
 
 
 def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: Callable[[Any, Any], Any],
                  tagged: bool, input_coder: Any, enter: Callable[[], None],
-                 failed: Callable[[str], Exception], groups: Iterator[tuple[bytes, Any]]) -> Iterator[Any]:
+                 failed: Callable[[str], Exception], groups: Iterator[tuple[bytes, Any] | Marker]) -> Iterator[Any]:
     """The outputs of ``dofn``'s step over ``groups`` (see :func:`keyed_groups`),
-    in batches: a key's elements, then its timers.
+    in batches: a key's elements, then its timers; a :data:`BUNDLE_END` of
+    ``groups`` passed on after the outputs before it.
 
     ``output(wv, result)`` makes an output of a result that is not a plain
     value (see ``_direct.output_handler``); ``enter()`` puts the
@@ -378,7 +394,14 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
         return callback(**arguments)
 
     try:
-        for _, pieces in groups:
+        for group in groups:
+            if group is BUNDLE_END:
+                if out:
+                    yield out if tagged else as_batch(out)
+                    out = []
+                yield group
+                continue
+            pieces = group[1]
             enter()
             held = _KeyState(new)
             prepared: dict[Any, list] = {}  # a window's arguments, its state in place
