@@ -252,6 +252,40 @@ def test_a_stateful_dofn_with_bundle_methods_sees_bundles_of_whole_keys(tmp_path
         assert len(bundles) == 7  # a key's 30 elements pass 64 bytes: one key a bundle
 
 
+class _Weighed(beam.DoFn):
+    """A running weighted total per key and window, the weights and a scale read from side inputs."""
+
+    TOTAL = ReadModifyWriteStateSpec("total", VarIntCoder())
+
+    def process(self, kv, weights, scale, w=beam.DoFn.WindowParam, total=beam.DoFn.StateParam(TOTAL)):
+        now = (total.read() or 0) + kv[1] * weights.get(kv[0], 1) * scale
+        total.write(now)
+        yield kv[0], repr(w), now
+
+
+def _weighed(p):
+    weights = p | "Weights" >> beam.Create([(0, 3), (2, -1)])
+    scale = p | "Scale" >> beam.Create([4]) | "Doubled" >> beam.Map(lambda x: 2 * x)  # through a Spark job
+    events = (p | beam.Create([(k, i, i) for i in range(12) for k in range(3)])
+              | beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts)))
+    return [events | f"Window{name}" >> beam.WindowInto(fn)
+            | f"Weigh{name}" >> beam.ParDo(_Weighed(), beam.pvalue.AsDict(weights), beam.pvalue.AsSingleton(scale))
+            | f"Global{name}" >> beam.WindowInto(window.GlobalWindows())
+            for name, fn in [("global", window.GlobalWindows()), ("fixed", window.FixedWindows(5))]] | beam.Flatten()
+
+
+def test_side_inputs_of_a_stateful_dofn_equal_beam_and_python(tmp_path):
+    assert _on_objects(_weighed) == [True, True]
+    got = spark_equals_direct(_weighed, tmp_path)
+    want = []
+    for k in range(3):
+        weight = {0: 3, 2: -1}.get(k, 1) * 8
+        want += [[k, "GlobalWindow", weight * sum(range(i + 1))] for i in range(12)]
+        want += [[k, repr(window.IntervalWindow(s, s + 5)), weight * sum(range(s, i + 1))]
+                 for s in (0, 5, 10) for i in range(s, min(s + 5, 12))]
+    assert sorted(got) == sorted(want)
+
+
 @pytest.mark.parametrize("dofn, kw", [
     pytest.param(_Ordered(), {}, id="ordered-list-state"),
     pytest.param(_RunningCount(), {"state_backend": "spill"}, id="spill-state-backend"),

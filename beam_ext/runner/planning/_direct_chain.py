@@ -27,9 +27,9 @@ A batch stage whose first step is a stateful ``DoFn`` (the stage Beam's
 fusion roots at it, its input partitioned by key) qualifies too, with the
 in-memory state backend, when that ``DoFn`` keeps ``ReadModifyWrite``,
 ``Bag``, ``Set`` or ``CombiningValue`` state, sets event-time or
-processing-time timers, takes no side inputs and no parameters beyond its
-element's key, timestamp, window and pane, its state and its timers, and
-its input's windows do not merge (see :func:`stateful_dofn` and
+processing-time timers, takes side inputs only as the steps above do and
+no parameters beyond its element's key, timestamp, window and pane, its
+state and its timers, and its input's windows do not merge (see :func:`stateful_dofn` and
 :mod:`beam_ext.runner.worker._stateful`). Its ``start_bundle`` and
 ``finish_bundle`` run per bundle of whole keys.
 
@@ -323,7 +323,7 @@ class _LineBuilder:
         payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
         stateful = bool(payload.state_specs or payload.timer_family_specs)
         # Only a keyed stage's first step may keep state: it alone gets its input grouped by key.
-        if ((stateful and (not self.keyed or self.works or payload.side_inputs)) or payload.restriction_coder_id
+        if ((stateful and (not self.keyed or self.works)) or payload.restriction_coder_id
                 or payload.requests_finalization):
             raise _NotDirect
         try:
@@ -333,9 +333,6 @@ class _LineBuilder:
         dofn = _dofn(dofn_data)
         if dofn is None or (stateful_dofn(dofn, windowing) if stateful else simple_dofn(dofn)) is not None:
             raise _NotDirect
-        if stateful:
-            return DirectStep(transform.unique_name, dofn_data, windowing.windowfn,
-                              tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn), stateful=True)
         views = []
         # A side input in the global window, read through Beam's default
         # mapping from any window to the global one, is the same whole view
@@ -351,7 +348,7 @@ class _LineBuilder:
             index, coder = found
             views.append(DirectSideInput(index, proto.view_fn.payload, coder))
         return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views),
-                          tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn))
+                          tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn), stateful=stateful)
 
 
 def _maps_to_global(mapping: beam_runner_api_pb2.FunctionSpec) -> bool:

@@ -1328,6 +1328,15 @@ class _ChainRun:
             out = _encoded(chain.output_coder, batches)
         return _indexed(chain.output, out) if self.indexed else out
 
+    def _arguments(self, step: DirectStep, info: tuple) -> tuple[Any, Any, Any]:
+        """The step's DoFn and its extra arguments, its side inputs' views in place."""
+        from apache_beam.internal.util import insert_values_in_args
+
+        dofn, args, kwargs, _, _ = info
+        if step.side_inputs:
+            args, kwargs = insert_values_in_args(args, kwargs, _views(step, self.side_inputs))
+        return dofn, args, kwargs
+
     def _stateful(self, step: DirectStep, dofn: Any, args: Any, kwargs: Any, state: _State, needs_setup: bool,
                   input_coder: Any, groups: Iterator[Any]) -> Iterator[Any]:
         from beam_ext.runner.worker._stateful import run_stateful
@@ -1345,7 +1354,6 @@ class _ChainRun:
 
     def line(self, chain: DirectChain, batches: Iterator[Any], root: bool = False) -> Iterator[Any]:
         """The batches out of a chain's steps (and partial combine), run on ``batches``."""
-        from apache_beam.internal.util import insert_values_in_args
         from apache_beam.metrics.execution import MetricsContainer
 
         tracker, fresh = self.tracker, self.fresh
@@ -1407,7 +1415,7 @@ class _ChainRun:
             container = MetricsContainer(step.name)
             self.containers.append((step.name, container))
             if getattr(step, "stateful", False):  # first on its chain: ``batches`` are its input's groups by key
-                dofn, args, kwargs, _, _ = info
+                dofn, args, kwargs = self._arguments(step, info)
                 run = functools.partial(self._stateful, step, dofn, args, kwargs, _State(container))
                 if step.bundles:
                     batches = _in_bundles(step.name, dofn, step.tagged, tracker, _State(container),
@@ -1426,9 +1434,7 @@ class _ChainRun:
             elif step is fields_step:
                 batches = _run_fields(step.name, fields, tracker, _State(container), batches)
             else:
-                dofn, args, kwargs, _, _ = info
-                if step.side_inputs:
-                    args, kwargs = insert_values_in_args(args, kwargs, _views(step, self.side_inputs))
+                dofn, args, kwargs = self._arguments(step, info)
                 run = functools.partial(_run_step, step.name, dofn, tuple(args), dict(kwargs), step.window_fn,
                                         tracker, _State(container), tagged=step.tagged)
                 if step.bundles:
