@@ -591,8 +591,10 @@ def _takes_objects(stage: PlannedStage) -> bool:
     """Whether ``stage`` may take its input as element objects: a native step,
     or steps on objects none of which sees bundles (those are cut from the
     encoded input by its size, ``--spark_bundle_size``, as Beam's bundle
-    processor cuts them)."""
-    return stage.native is not None or stage.direct is not None and not stage.direct.sees_bundles()
+    processor cuts them), or a stateful DoFn's (its bundles are cut from its
+    input grouped by key, which the keyed shuffle encodes either way)."""
+    direct = stage.direct
+    return stage.native is not None or direct is not None and (bool(direct.keyed_memory) or not direct.sees_bundles())
 
 
 def _count_readers(plan: Plan) -> dict[bytes, int]:
