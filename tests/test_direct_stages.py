@@ -14,10 +14,12 @@ import logging
 
 import apache_beam as beam
 import pytest
+from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import combiners, core, window
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pipeline_outputs import spark_equals_direct
@@ -220,40 +222,84 @@ def test_side_inputs_of_every_kind_are_read_whole(tmp_path, caplog):
 
 
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(cases=st.lists(st.tuples(_EVENTS, st.sampled_from([*sorted(WINDOWS), "sessions"])), min_size=1, max_size=3))
-def test_windowed_elements_read_global_side_inputs_whole_on_objects_as_beam(tmp_path_factory, cases):
-    def build(p, case, events, windows):
+@given(cases=st.lists(st.tuples(_EVENTS, st.sampled_from([*sorted(WINDOWS), "sessions"]), _EVENTS,
+                                st.sampled_from(sorted(WINDOWS))), min_size=1, max_size=3))
+def test_windowed_elements_read_side_inputs_on_objects_as_beam(tmp_path_factory, cases):
+    def build(p, case, events, windows, side_events, side_windows):
         # Beam maps every window to a global side input's one window: each
-        # element, once per window it is in, reads the whole views.
+        # element, once per window it is in, reads the whole views; and to
+        # the window of a windowed side input holding its window's end.
         table = p | f"Table{case}" >> beam.Create([("a", 2), ("c", -1)])
         numbers = p | f"Numbers{case}" >> beam.Create([10, 20])
+        side = (_timestamped(p, side_events, f"Side{case}") | f"SideValues{case}" >> beam.Values()
+                | f"SideWindow{case}" >> beam.WindowInto(WINDOWS[side_windows]))
         return (_timestamped(p, events, case)
                 | f"Window{case}" >> beam.WindowInto(WINDOWS.get(windows) or window.Sessions(3))
                 | f"Enrich{case}" >> beam.Map(
-                    lambda kv, d, xs, one: (kv[0], kv[1] * d.get(kv[0], 1), sorted(xs), one),
+                    lambda kv, d, xs, one, near: (kv[0], kv[1] * d.get(kv[0], 1), sorted(xs), one, sorted(near)),
                     beam.pvalue.AsDict(table), beam.pvalue.AsList(numbers),
-                    one=beam.pvalue.AsSingleton(p | f"One{case}" >> beam.Create([7])))
+                    one=beam.pvalue.AsSingleton(p | f"One{case}" >> beam.Create([7])),
+                    near=beam.pvalue.AsList(side))
                 | f"Stamped{case}" >> beam.ParDo(_Stamped()))
     _cases_equal_beam(build, cases, tmp_path_factory.mktemp("side"))
     assert set(_enriching_on_objects(lambda p: [build(p, str(i), *args) for i, args in enumerate(cases)])) == {True}
 
 
-def _windowed_side_input(p):
-    side = (p | "Side" >> beam.Create([("a", 2, 1), ("a", 5, 8)])
-            | "StampSide" >> beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts))
-            | "WindowSide" >> beam.WindowInto(window.FixedWindows(5)))
-    return (p | beam.Create([("a", 1, 0), ("a", 3, 7)])
+def _windowed_side_inputs(p):
+    side = (p | "Side" >> beam.Create([("a", 2, 1), ("a", 5, 8), ("b", 7, 3), ("a", 11, 21)])
+            | "StampSide" >> beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts)))
+    rates = side | "WindowRates" >> beam.WindowInto(window.FixedWindows(5))
+    totals = (side | "WindowTotals" >> beam.WindowInto(window.FixedWindows(10))
+              | "Values" >> beam.Values() | "Total" >> beam.CombineGlobally(sum).without_defaults())
+    events = (p | beam.Create([("a", 1, 0), ("b", 2, 4), ("a", 3, 7), ("a", 4, 13), ("b", 6, 22)])
+              | beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts)))
+    fixed = (events | "Fixed" >> beam.WindowInto(window.FixedWindows(5))
+             | "EnrichFixed" >> beam.Map(lambda kv, rate, total, listed: (kv[0], kv[1] * rate.get(kv[0], 0), total,
+                                                                          sorted(listed)),
+                                         beam.pvalue.AsDict(rates), beam.pvalue.AsSingleton(totals, default_value=-1),
+                                         listed=beam.pvalue.AsList(rates | "RateValues" >> beam.Values())))
+    # Three windows per element, each mapped to the fixed window holding its end.
+    sliding = (events | "Sliding" >> beam.WindowInto(window.SlidingWindows(6, 2))
+               | "EnrichSliding" >> beam.ParDo(_RatedInWindow(), beam.pvalue.AsDict(rates)))
+    return [pcoll | f"Stamp{name}" >> beam.ParDo(_Stamped()) | f"Global{name}" >> beam.WindowInto(window.GlobalWindows())
+            for name, pcoll in [("fixed", fixed), ("sliding", sliding)]] | "Both" >> beam.Flatten()
+
+
+class _RatedInWindow(beam.DoFn):
+    def process(self, kv, rates, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam):
+        yield kv[0], kv[1] * rates.get(kv[0], 0), repr(w), float(t)
+
+
+def test_side_inputs_in_windows_of_their_own_are_read_per_window_on_objects_as_beam(tmp_path):
+    got = spark_equals_direct(_windowed_side_inputs, tmp_path)
+    fixed = sorted(row[0] for row in got if len(row[0]) == 4 and isinstance(row[0][3], list))
+    # Each element reads the rates of its own five seconds, and the total of the
+    # ten seconds holding them (none for 10-20 s: the default).
+    assert fixed == [["a", 0, -1, []], ["a", 2, 14, [2, 7]], ["a", 15, 14, [5]], ["b", 0, 11, [11]],
+                     ["b", 14, 14, [2, 7]]]
+    assert len(got) == 5 + 5 * 3
+    assert _enriching_on_objects(_windowed_side_inputs) == [True]
+
+
+class _WeighedInWindows(beam.DoFn):
+    TOTAL = ReadModifyWriteStateSpec("total", VarIntCoder())
+
+    def process(self, kv, rates, total=beam.DoFn.StateParam(TOTAL)):
+        yield kv[0], (total.read() or 0) + kv[1] * rates.get(kv[0], 1)
+
+
+def _stateful_windowed_side_input(p):
+    rates = (p | "Rates" >> beam.Create([("a", 2, 1), ("a", 5, 8)])
+             | "StampRates" >> beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts))
+             | "WindowRates" >> beam.WindowInto(window.FixedWindows(5)))
+    return (p | beam.Create([("a", 1, 0), ("a", 3, 7), ("a", 4, 8)])
             | beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts))
             | beam.WindowInto(window.FixedWindows(5))
-            | "Enrich" >> beam.Map(lambda kv, d: (kv[0], kv[1] * d[kv[0]]), beam.pvalue.AsDict(side))
-            | beam.ParDo(_Stamped()))
+            | "Enrich" >> beam.ParDo(_WeighedInWindows(), beam.pvalue.AsDict(rates)))
 
 
-def test_a_side_input_in_windows_of_its_own_keeps_the_bundle_processor(tmp_path):
-    got = spark_equals_direct(_windowed_side_input, tmp_path)
-    # Each element reads the side input's window it falls in.
-    assert sorted(row[0] for row in got) == [["a", 2], ["a", 15]]
-    assert _enriching_on_objects(_windowed_side_input) == [False]
+def test_a_stateful_dofn_reading_a_side_input_per_window_keeps_the_bundle_processor():
+    assert _enriching_on_objects(_stateful_windowed_side_input) == [False]
 
 
 def _enriching_on_objects(build) -> list[bool]:

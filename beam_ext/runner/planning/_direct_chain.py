@@ -13,9 +13,11 @@ outputs (or the pipeline's end), it is a line of:
   ``PaneInfoParam`` and ``WindowedValueParam`` (``WindowInto`` takes the
   first two), or setup or bundle contexts;
 - side inputs of such a step read as a whole (``AsDict``, ``AsList``,
-  ``AsIter``, ``AsSingleton``) from the global window: the step's input is
-  in the global window too, or in any windows that Beam's default mapping
-  for a global side input maps to it;
+  ``AsIter``, ``AsSingleton``): from the global window where the step's
+  input is in the global window too, or in any windows that Beam's default
+  mapping for a global side input maps to it; otherwise per window, each
+  element's window mapped by the side input's mapping function (the step
+  is then called once per window of an element, as Beam calls it);
 - the steps of a lifted combine after its GroupByKey (merging a key's
   accumulators, extracting its output);
 - a ``Flatten`` of this one line alone (what Beam's fusion puts before a
@@ -27,9 +29,9 @@ A batch stage whose first step is a stateful ``DoFn`` (the stage Beam's
 fusion roots at it, its input partitioned by key) qualifies too, with the
 in-memory state backend, when that ``DoFn`` keeps ``ReadModifyWrite``,
 ``Bag``, ``Set`` or ``CombiningValue`` state, sets event-time or
-processing-time timers, takes side inputs only as the steps above do and
-no parameters beyond its element's key, timestamp, window and pane, its
-state and its timers, and its input's windows do not merge (see :func:`stateful_dofn` and
+processing-time timers, takes side inputs only read whole from the global
+window and no parameters beyond its element's key, timestamp, window and
+pane, its state and its timers, and its input's windows do not merge (see :func:`stateful_dofn` and
 :mod:`beam_ext.runner.worker._stateful`). Its ``start_bundle`` and
 ``finish_bundle`` run per bundle of whole keys.
 
@@ -46,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Iterable, Mapping
 
-from apache_beam.portability import common_urns
+from apache_beam.portability import common_urns, python_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.transforms.window import GlobalWindows
@@ -334,19 +336,24 @@ class _LineBuilder:
         if dofn is None or (stateful_dofn(dofn, windowing) if stateful else simple_dofn(dofn)) is not None:
             raise _NotDirect
         views = []
-        # A side input in the global window, read through Beam's default
-        # mapping from any window to the global one, is the same whole view
-        # for every element, whatever the element's windows.
         windowed = not isinstance(windowing.windowfn, GlobalWindows)
         for tag in sorted(payload.side_inputs, key=sideinputs.get_sideinput_index):
             proto = payload.side_inputs[tag]
             found = self.side_input(transform.unique_name, tag, transform.inputs[tag])
             if (found is None or proto.access_pattern.urn != common_urns.side_inputs.ITERABLE.urn
-                    or not isinstance(self.windowing_of(transform.inputs[tag]).windowfn, GlobalWindows)
-                    or windowed and not _maps_to_global(proto.window_mapping_fn)):
+                    or proto.window_mapping_fn.urn != python_urns.PICKLED_WINDOW_MAPPING_FN):
                 raise _NotDirect
             index, coder = found
-            views.append(DirectSideInput(index, proto.view_fn.payload, coder))
+            # A side input in the global window, read through Beam's default
+            # mapping from any window to the global one, is the same whole view
+            # for every element, whatever the element's windows. Any other is
+            # read per window, through its mapping; not by a stateful step.
+            whole = isinstance(self.windowing_of(transform.inputs[tag]).windowfn, GlobalWindows) and (
+                not windowed or _maps_to_global(proto.window_mapping_fn))
+            if not whole and stateful:
+                raise _NotDirect
+            views.append(DirectSideInput(index, proto.view_fn.payload, coder,
+                                         None if whole else proto.window_mapping_fn.payload))
         return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views),
                           tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn), stateful=stateful)
 
@@ -355,11 +362,8 @@ def _maps_to_global(mapping: beam_runner_api_pb2.FunctionSpec) -> bool:
     """Whether a side input's window mapping is Beam's default for a global
     side input: every window to the global one."""
     from apache_beam.internal import pickler
-    from apache_beam.portability import python_urns
     from apache_beam.transforms import sideinputs
 
-    if mapping.urn != python_urns.PICKLED_WINDOW_MAPPING_FN:
-        return False
     try:
         return pickler.loads(mapping.payload) is sideinputs._global_window_mapping_fn
     except Exception:  # noqa: BLE001 - a mapping that does not unpickle here keeps Beam's path

@@ -88,11 +88,15 @@ from beam_ext.runner.worker._setup import WorkerSetup
 @dataclasses.dataclass(frozen=True)
 class DirectSideInput:
     """A side input of a step: its index among the stage's side inputs, its
-    pickled view function, and its elements' windowed coder."""
+    pickled view function, and its elements' windowed coder. ``mapping``:
+    its pickled window mapping function where an element reads the view of
+    the side input's window its own window maps to (see :class:`_WindowedView`);
+    None where every element reads the view of all its elements (the global window)."""
 
     index: int
     view_fn: bytes
     coder: Any
+    mapping: bytes | None = None
 
 
 class AssignWindows(core.DoFn):
@@ -658,18 +662,26 @@ def _fan_out(out: list, results: Iterable, template: Any, outputs: Callable, tra
 
 def _param_invoker(dofn: Any, args: tuple, kwargs: dict) -> tuple[Callable, bool] | None:
     """For a ``process`` taking ``DoFn.TimestampParam``, ``WindowParam``,
-    ``PaneInfoParam`` or ``WindowedValueParam``: ``(call(value, windowed), observes
-    window)``, its arguments bound as Beam's ``PerWindowInvoker`` binds them
-    (``windowed`` gives the timestamp, window and pane). None for other DoFns."""
+    ``PaneInfoParam`` or ``WindowedValueParam``, or side inputs read per window
+    (:class:`_WindowedView` among ``args`` and ``kwargs``): ``(call(value,
+    windowed), observes window)``, its arguments bound as Beam's
+    ``PerWindowInvoker`` binds them (``windowed`` gives the timestamp, window
+    and pane). None for other DoFns."""
     from apache_beam.runners.common import DoFnSignature, _get_arg_placeholders
 
     method = DoFnSignature(dofn).process_method
-    if not any(isinstance(d, core._DoFnParam) and d != core.DoFn.ElementParam for d in method.defaults):
+    windowed_views = any(type(a) is _WindowedView for a in (*args, *kwargs.values()))
+    if not windowed_views and not any(isinstance(d, core._DoFnParam) and d != core.DoFn.ElementParam
+                                      for d in method.defaults):
         return None
     placeholders, bound, keywords = _get_arg_placeholders(method, list(args), dict(kwargs))
     process = method.method_value
-    observes_window = any(p == core.DoFn.WindowParam for _, p in placeholders)
-    fill = []
+    # Side inputs read per window: Beam then calls the DoFn once per window of an element.
+    observes_window = windowed_views or any(p == core.DoFn.WindowParam for _, p in placeholders)
+    fill = [(i, lambda value, wv, view=a: view.at(wv.windows[0]))
+            for i, a in enumerate(bound) if type(a) is _WindowedView]
+    keyword_views = [(k, a) for k, a in keywords.items() if type(a) is _WindowedView]
+    keywords = {k: a for k, a in keywords.items() if type(a) is not _WindowedView}
     for i, p in placeholders:
         if p == core.DoFn.ElementParam:
             fill.append((i, lambda value, wv: value))
@@ -688,6 +700,8 @@ def _param_invoker(dofn: Any, args: tuple, kwargs: dict) -> tuple[Callable, bool
         arguments = list(bound)
         for i, get in fill:
             arguments[i] = get(value, wv)
+        if keyword_views:
+            return process(*arguments, **keywords, **{k: view.at(wv.windows[0]) for k, view in keyword_views})
         return process(*arguments, **keywords)
 
     return call, observes_window
@@ -1201,20 +1215,49 @@ def _encoded(coder: Any, batches: Iterator[Same | list]) -> Iterator[bytes]:
         yield out.get()
 
 
+class _WindowedView:
+    """A side input read per window, as Beam's ``SideInputMap`` reads it: an
+    element's window mapped by the side input's window mapping function, and
+    the view function applied to the side input's elements in that window
+    (none: the view of no elements, an ``AsSingleton``'s default or its error),
+    each view made once, when first read."""
+
+    def __init__(self, view_fn: Callable[[list], Any], mapping: Callable[[Any], Any], by_window: dict) -> None:
+        self._view_fn, self._mapping, self._by_window = view_fn, mapping, by_window
+        self._views: dict = {}
+
+    def at(self, window: Any) -> Any:
+        """The view an element in ``window`` reads."""
+        try:
+            return self._views[window]
+        except KeyError:
+            view = self._views[window] = self._view_fn(self._by_window.get(self._mapping(window), []))
+            return view
+
+
 def _views(step: DirectStep, side_inputs: Sequence[Sequence[bytes]]) -> list:
-    """The step's side-input values, each its view of all the elements (global window)."""
+    """The step's side-input values: each the view of all its elements (the
+    global window), or a :class:`_WindowedView` where it is read per window."""
     from apache_beam.coders.coder_impl import create_InputStream
     from apache_beam.internal import pickler
 
     views = []
     for side in step.side_inputs:
         decode = side.coder.get_impl().decode_from_stream
-        values = []
+        values: list = []
+        by_window: dict = {}
         for chunk in side_inputs[side.index]:
             stream = create_InputStream(chunk)
             while stream.size() > 0:
-                values.append(decode(stream, True).value)
-        views.append(pickler.loads(side.view_fn)(values))
+                wv = decode(stream, True)
+                if side.mapping is None:
+                    values.append(wv.value)
+                    continue
+                for window in wv.windows:
+                    by_window.setdefault(window, []).append(wv.value)
+        view_fn = pickler.loads(side.view_fn)
+        views.append(view_fn(values) if side.mapping is None
+                     else _WindowedView(view_fn, pickler.loads(side.mapping), by_window))
     return views
 
 
