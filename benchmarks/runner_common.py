@@ -52,6 +52,28 @@ class _RunningCount(beam.DoFn):
         yield kv[0], seen
 
 
+class _CountedInBundles(_RunningCount):
+    """The running count, by a DoFn that also counts each bundle's elements, as one reporting per bundle does."""
+
+    def start_bundle(self):
+        self._seen = 0
+
+    def process(self, kv, count=beam.DoFn.StateParam(_RunningCount.COUNT)):
+        self._seen += 1
+        yield from super().process(kv, count)
+
+
+class _WeightedCount(beam.DoFn):
+    """A key's running total of weights read from a side input."""
+
+    TOTAL = userstate.ReadModifyWriteStateSpec("total", VarIntCoder())
+
+    def process(self, kv, weights, total=beam.DoFn.StateParam(TOTAL)):
+        now = (total.read() or 0) + weights[kv[0] % 10]
+        total.write(now)
+        yield kv[0], now
+
+
 class _Mean(beam.CombineFn):
     """A CombineFn class of the user's own."""
 
@@ -108,6 +130,16 @@ def _side(p, n, view: Callable, values: list, fn: Callable):
     return _numbers(p, n) | beam.Map(fn, s=view(side)) | beam.CombineGlobally(sum)
 
 
+def _window_shares(p, n):
+    """Each element's share (in millionths) of its window's total, read from a side input in the same windows."""
+    events = _stamped(p, n, 3600) | "Fix" >> beam.WindowInto(window.FixedWindows(60))
+    totals = events | "Amounts" >> beam.Values() | "Total" >> beam.CombineGlobally(sum).without_defaults()
+    return (events | "Share" >> beam.Map(lambda kv, total: (kv[0], kv[1] * 1_000_000 // total),
+                                         total=beam.pvalue.AsSingleton(totals))
+            | beam.CombinePerKey(sum) | "Unwindow" >> beam.WindowInto(window.GlobalWindows())
+            | beam.Values() | "All" >> beam.CombineGlobally(sum))
+
+
 # name -> (what it is, Beam build over n numbers)
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
@@ -131,6 +163,13 @@ CASES: dict[str, tuple[str, Callable]] = {
     "stateful_dofn": ("stateful DoFn (a running count per key), 1,000 keys", lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.ParDo(_RunningCount())
         | beam.CombinePerKey(max))),
+    "stateful_bundle": ("stateful DoFn with start_bundle, 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.ParDo(_CountedInBundles())
+        | beam.CombinePerKey(max))),
+    "stateful_side": ("stateful DoFn with an AsDict side input of 10, 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x))
+        | beam.ParDo(_WeightedCount(), beam.pvalue.AsDict(p | "Weights" >> beam.Create([(i, i) for i in range(10)])))
+        | beam.CombinePerKey(max))),
     "group_into_batches": ("GroupIntoBatches(100), 10 keys", lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 10, x)) | beam.GroupIntoBatches(100)
         | beam.MapTuple(lambda k, b: (k, len(b))) | beam.CombinePerKey(sum))),
@@ -145,6 +184,8 @@ CASES: dict[str, tuple[str, Callable]] = {
                    rates=beam.pvalue.AsDict(p | "Rates" >> beam.Create([(k, k % 7) for k in range(100)])))
         | beam.CombinePerKey(sum) | "Unwindow" >> beam.WindowInto(window.GlobalWindows())
         | beam.combiners.Count.Globally())),
+    "window_share": ("each element's share of its 1-minute window's total, an AsSingleton side input per window",
+                     _window_shares),
     "combine_fn_class": ("CombinePerKey of a CombineFn class, 1,000 keys", lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.CombinePerKey(_Mean()))),
     "count_per_element": ("Count.PerElement, 1,000 values", lambda p, n: (
