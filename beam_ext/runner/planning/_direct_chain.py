@@ -31,9 +31,9 @@ in-memory state backend, when that ``DoFn`` keeps ``ReadModifyWrite``,
 ``Bag``, ``Set`` or ``CombiningValue`` state, sets event-time or
 processing-time timers, takes side inputs only read whole from the global
 window and no parameters beyond its element's key, timestamp, window and
-pane, its state and its timers, and its input's windows do not merge (see :func:`stateful_dofn` and
-:mod:`beam_ext.runner.worker._stateful`). Its ``start_bundle`` and
-``finish_bundle`` run per bundle of whole keys.
+pane, its state and its timers, and its input's windows do not merge (see
+:func:`stateful_dofn` and :mod:`beam_ext.runner.worker._stateful`). Its
+``start_bundle`` and ``finish_bundle`` run per bundle of whole keys.
 
 A line may fork: after a step with tagged outputs (``Partition``, a
 ``ParDo(...).with_outputs(...)``, a dead-letter output), a branch per step
