@@ -223,7 +223,7 @@ def test_side_inputs_of_every_kind_are_read_whole(tmp_path, caplog):
 
 @settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cases=st.lists(st.tuples(_EVENTS, st.sampled_from([*sorted(WINDOWS), "sessions"]), _EVENTS,
-                                st.sampled_from(sorted(WINDOWS))), min_size=1, max_size=3))
+                                st.sampled_from(sorted(WINDOWS))), min_size=1, max_size=2))
 def test_windowed_elements_read_side_inputs_on_objects_as_beam(tmp_path_factory, cases):
     def build(p, case, events, windows, side_events, side_windows):
         # Beam maps every window to a global side input's one window: each
