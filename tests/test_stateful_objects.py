@@ -266,8 +266,11 @@ class _Weighed(beam.DoFn):
 def _weighed(p):
     weights = p | "Weights" >> beam.Create([(0, 3), (2, -1)])
     scale = p | "Scale" >> beam.Create([4]) | "Doubled" >> beam.Map(lambda x: 2 * x)  # through a Spark job
+    # Declared: the inferred type of a lambda returning a TimestampedValue
+    # depends on what earlier pipelines of the process inferred.
     events = (p | beam.Create([(k, i, i) for i in range(12) for k in range(3)])
-              | beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts)))
+              | beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts)).with_output_types(
+                  tuple[int, int]))
     return [events | f"Window{name}" >> beam.WindowInto(fn)
             | f"Weigh{name}" >> beam.ParDo(_Weighed(), beam.pvalue.AsDict(weights), beam.pvalue.AsSingleton(scale))
             | f"Global{name}" >> beam.WindowInto(window.GlobalWindows())
