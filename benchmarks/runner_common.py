@@ -25,6 +25,7 @@ from typing import Callable
 
 import apache_beam as beam
 from apache_beam.coders import VarIntCoder
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.transforms import userstate, window
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -140,6 +141,29 @@ def _window_shares(p, n):
             | beam.Values() | "All" >> beam.CombineGlobally(sum))
 
 
+class _OffsetRanges(beam.RestrictionProvider):
+    """Element ``n``'s restriction: the offsets ``[0, n)``."""
+
+    def initial_restriction(self, element):
+        return OffsetRange(0, element)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return restriction.size()
+
+
+class _Offsets(beam.DoFn):
+    """A splittable DoFn reading offsets one claim at a time, as a user's own source reads its records."""
+
+    def process(self, count, tracker=beam.DoFn.RestrictionParam(_OffsetRanges())):
+        offset = tracker.current_restriction().start
+        while tracker.try_claim(offset):
+            yield offset
+            offset += 1
+
+
 # name -> (what it is, Beam build over n numbers)
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
@@ -211,6 +235,9 @@ CASES: dict[str, tuple[str, Callable]] = {
     "mean_globally": ("Mean.Globally", lambda p, n: _numbers(p, n) | beam.combiners.Mean.Globally()),
     "to_list": ("ToList of n/10, its length", lambda p, n: (
         _numbers(p, n // 10) | beam.combiners.ToList() | beam.Map(len))),
+    "splittable": ("splittable DoFn claiming n offsets in 8 ranges, summed", lambda p, n: (
+        p | beam.Create([n // _SHARDS] * _SHARDS) | beam.Reshuffle() | beam.ParDo(_Offsets())
+        | beam.CombineGlobally(sum))),
 }
 
 

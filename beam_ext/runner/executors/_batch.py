@@ -392,6 +392,10 @@ class BatchExecutor:
                                      bundle_bytes=stage.spec.bundle_bytes if chain.sees_bundles() else 0)
             batches = self._keyed(blobs).mapPartitionsWithIndex(functools.partial(
                 _group_task, read, chain.steps[0].name, self._group_spills))
+        elif stage.spread:
+            # A splittable DoFn's sized restrictions, one by one over the tasks (see _round_robin).
+            batches = self._stage_input(stage).values().mapPartitions(functools.partial(
+                decoded_batches, chain.input_coder, stage.spec.bundle_bytes, bundles=chain.sees_bundles()))
         elif handed is not None:
             batches = handed.rdd
         elif self._groups_read_as_objects(stage):
@@ -592,9 +596,12 @@ def _takes_objects(stage: PlannedStage) -> bool:
     or steps on objects none of which sees bundles (those are cut from the
     encoded input by its size, ``--spark_bundle_size``, as Beam's bundle
     processor cuts them), or a stateful DoFn's (its bundles are cut from its
-    input grouped by key, which the keyed shuffle encodes either way)."""
+    input grouped by key, which the keyed shuffle encodes either way). Not a
+    splittable DoFn's: its sized restrictions are spread over the tasks one
+    by one, encoded."""
     direct = stage.direct
-    return stage.native is not None or direct is not None and (bool(direct.keyed_memory) or not direct.sees_bundles())
+    return stage.native is not None or direct is not None and not stage.spread and (
+        bool(direct.keyed_memory) or not direct.sees_bundles())
 
 
 def _count_readers(plan: Plan) -> dict[bytes, int]:

@@ -35,6 +35,14 @@ pane, its state and its timers, and its input's windows do not merge (see
 :func:`stateful_dofn` and :mod:`beam_ext.runner.worker._stateful`). Its
 ``start_bundle`` and ``finish_bundle`` run per bundle of whole keys.
 
+A batch stage whose first step processes a splittable ``DoFn``'s sized
+restrictions (Beam's fusion roots a stage there; the runner spreads the
+restrictions over the tasks) qualifies too, when that ``DoFn`` keeps no
+watermark estimator, is bounded per element, takes no side inputs and no
+parameters beyond its restriction tracker and its element's timestamp,
+window and pane (see :func:`splittable_dofn` and
+:mod:`beam_ext.runner.worker._splittable`).
+
 A line may fork: after a step with tagged outputs (``Partition``, a
 ``ParDo(...).with_outputs(...)``, a dead-letter output), a branch per step
 reading each output; after a ``PCollection`` read by several steps of the
@@ -66,10 +74,12 @@ from beam_ext.runner.worker._direct import (
     DirectSideInput,
     DirectStep,
 )
+from beam_ext.runner.worker._splittable import sized_restrictions
 
 _BUNDLE_METHODS = ("start_bundle", "finish_bundle")
 _PRECOMBINE = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
 _ASSIGN_WINDOWS = common_urns.primitives.ASSIGN_WINDOWS.urn
+_SDF_PROCESS = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 # A combine's steps after its GroupByKey, by Beam's name of their phase.
 _PHASES = {common_urns.combine_components.COMBINE_PER_KEY_MERGE_ACCUMULATORS.urn: "merge",
            common_urns.combine_components.COMBINE_PER_KEY_EXTRACT_OUTPUTS.urn: "extract"}
@@ -126,8 +136,9 @@ def simple_dofn(dofn: Any) -> str | None:
     return None
 
 
-def _signature(dofn: Any) -> tuple[Any, str | None]:
-    """``dofn``'s ``DoFnSignature``, and why no stage on objects runs it (stateful or not), or None."""
+def _signature(dofn: Any, splittable: bool = False) -> tuple[Any, str | None]:
+    """``dofn``'s ``DoFnSignature``, and why no stage on objects runs it (stateful or
+    not; processing sized restrictions where ``splittable``), or None."""
     from apache_beam.runners.common import DoFnSignature
     from apache_beam.transforms import core
 
@@ -136,11 +147,38 @@ def _signature(dofn: Any) -> tuple[Any, str | None]:
     signature = DoFnSignature(dofn)
     if any(True for _ in signature.get_setup_contexts()) or any(True for _ in signature.get_bundle_contexts()):
         return signature, "it takes setup or bundle contexts"
-    if signature.is_splittable_dofn():
-        return signature, "it is splittable"
+    if signature.is_splittable_dofn() != splittable:
+        return signature, "it is splittable" if not splittable else "it is not splittable"
     if dofn._process_batch_defined or dofn._process_yields_batches or not dofn._process_defined:
         return signature, "it works on batches"
     return signature, None
+
+
+def splittable_dofn(dofn: Any) -> str | None:
+    """Why the sized restrictions of a splittable ``dofn`` are not processed on
+    element objects in a batch stage (:mod:`beam_ext.runner.worker._splittable`), or None."""
+    from apache_beam.runners.sdf_utils import NoOpWatermarkEstimatorProvider
+    from apache_beam.transforms import core
+
+    signature, reason = _signature(dofn, splittable=True)
+    if reason is not None:
+        return reason
+    if signature.is_unbounded_per_element():
+        return "it is unbounded per element"
+    method = signature.process_method
+    # The runner asks no watermark of a batch restriction; a DoFn that keeps
+    # one (its own estimator or the parameter) keeps Beam's path.
+    if (any(isinstance(d, core.DoFn.WatermarkEstimatorParam) for d in method.defaults)
+            or type(signature.get_watermark_estimator_provider()) is not NoOpWatermarkEstimatorProvider):
+        return "it keeps a watermark estimator"
+    if signature.is_stateful_dofn():
+        return "it is stateful"
+    given = (core.DoFn.ElementParam, core.DoFn.TimestampParam, core.DoFn.WindowParam, core.DoFn.PaneInfoParam,
+             core.DoFn.WindowedValueParam)
+    if any(isinstance(d, core._DoFnParam) and not isinstance(d, core._RestrictionDoFnParam)
+           and not any(d == g for g in given) for d in method.defaults):
+        return "it takes DoFn parameters other than its restriction and the element's timestamp, window and pane"
+    return None
 
 
 def stateful_dofn(dofn: Any, windowing: Any) -> str | None:
@@ -207,7 +245,7 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
             if len(transform.inputs) != 1:
                 return None
         elif (urn not in (bundle_processor.DATA_OUTPUT_URN, common_urns.primitives.PAR_DO.urn, _ASSIGN_WINDOWS,
-                          _PRECOMBINE) and urn not in _PHASES):
+                          _PRECOMBINE, _SDF_PROCESS) and urn not in _PHASES):
             return None
         main = [pcoll for tag, pcoll in transform.inputs.items() if not _is_side_tag(transform, tag)]
         if len(main) != 1:
@@ -291,7 +329,7 @@ class _LineBuilder:
                 self.works = True
                 [pcoll] = transform.outputs.values()
                 continue
-            if len(transform.outputs) != 1 and urn != common_urns.primitives.PAR_DO.urn:
+            if len(transform.outputs) != 1 and urn not in (common_urns.primitives.PAR_DO.urn, _SDF_PROCESS):
                 raise _NotDirect
             steps.append(self._step(transform, urn, windowing))
             self.works = True
@@ -323,6 +361,8 @@ class _LineBuilder:
             assign = pickler.dumps((AssignWindows(self.windowing_of(out).windowfn), (), {}, None, None))
             return DirectStep(transform.unique_name, assign, windowing.windowfn)
         payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+        if urn == _SDF_PROCESS:
+            return self._splittable_step(transform, payload, windowing)
         stateful = bool(payload.state_specs or payload.timer_family_specs)
         # Only a keyed stage's first step may keep state: it alone gets its input grouped by key.
         if ((stateful and (not self.keyed or self.works)) or payload.restriction_coder_id
@@ -358,6 +398,28 @@ class _LineBuilder:
                           tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn), stateful=stateful)
 
 
+    def _splittable_step(self, transform: beam_runner_api_pb2.PTransform,
+                         payload: beam_runner_api_pb2.ParDoPayload, windowing: Any) -> DirectStep:
+        """A splittable DoFn's processing of sized restrictions, first on its
+        stage (Beam's fusion roots it there), as a step of the wrapper
+        :class:`~beam_ext.runner.worker._splittable.SizedRestrictions`."""
+        from apache_beam.internal import pickler
+        from apache_beam.transforms import core
+
+        if self.works or payload.side_inputs or payload.requests_finalization:
+            raise _NotDirect
+        try:
+            dofn_data = core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
+            dofn, args, kwargs, side_inputs, fn_windowing = pickler.loads(dofn_data)
+        except Exception:  # noqa: BLE001 - not unpicklable here, or not Python's: keep Beam's path
+            raise _NotDirect from None
+        if splittable_dofn(dofn) is not None:
+            raise _NotDirect
+        wrapped = pickler.dumps((sized_restrictions(dofn, args, kwargs), (), {}, side_inputs, fn_windowing))
+        return DirectStep(transform.unique_name, wrapped, windowing.windowfn,
+                          tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn))
+
+
 def _maps_to_global(mapping: beam_runner_api_pb2.FunctionSpec) -> bool:
     """Whether a side input's window mapping is Beam's default for a global
     side input: every window to the global one."""
@@ -371,7 +433,7 @@ def _maps_to_global(mapping: beam_runner_api_pb2.FunctionSpec) -> bool:
 
 
 def _is_side_tag(transform: beam_runner_api_pb2.PTransform, tag: str) -> bool:
-    if transform.spec.urn != common_urns.primitives.PAR_DO.urn:
+    if transform.spec.urn not in (common_urns.primitives.PAR_DO.urn, _SDF_PROCESS):
         return False
     payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
     return tag in payload.side_inputs

@@ -246,7 +246,7 @@ class StagePlanner:
         # memory for that key alone: with the in-memory state backend, which
         # holds every key's (with the spill backend, Beam's bundle processor
         # and its state servicer keep the user's choice).
-        if (not self.streaming and not planned.spread and len(inputs) == 1
+        if (not self.streaming and len(inputs) == 1
                 and (planned.keyed and self.state[0] == "memory" or not planned.keyed and not stage.timers)):
             planned.direct = self._direct_chain(stage, input_coders[0], output_ids, outputs, output_pcolls,
                                                 side_inputs, keyed=planned.keyed)

@@ -660,19 +660,24 @@ def _fan_out(out: list, results: Iterable, template: Any, outputs: Callable, tra
         tracker.enter(state)
 
 
-def _param_invoker(dofn: Any, args: tuple, kwargs: dict) -> tuple[Callable, bool] | None:
+def _param_invoker(dofn: Any, args: tuple, kwargs: dict,
+                   restriction: str | None = None) -> tuple[Callable, bool] | None:
     """For a ``process`` taking ``DoFn.TimestampParam``, ``WindowParam``,
     ``PaneInfoParam`` or ``WindowedValueParam``, or side inputs read per window
     (:class:`_WindowedView` among ``args`` and ``kwargs``): ``(call(value,
     windowed), observes window)``, its arguments bound as Beam's
     ``PerWindowInvoker`` binds them (``windowed`` gives the timestamp, window
-    and pane). None for other DoFns."""
+    and pane). None for other DoFns.
+
+    ``restriction``: a splittable DoFn's argument taking its restriction
+    tracker (:mod:`._splittable`), which Beam passes by keyword; the call is
+    then ``call(value, windowed, tracker)``."""
     from apache_beam.runners.common import DoFnSignature, _get_arg_placeholders
 
     method = DoFnSignature(dofn).process_method
     windowed_views = any(type(a) is _WindowedView for a in (*args, *kwargs.values()))
-    if not windowed_views and not any(isinstance(d, core._DoFnParam) and d != core.DoFn.ElementParam
-                                      for d in method.defaults):
+    if restriction is None and not windowed_views and not any(
+            isinstance(d, core._DoFnParam) and d != core.DoFn.ElementParam for d in method.defaults):
         return None
     placeholders, bound, keywords = _get_arg_placeholders(method, list(args), dict(kwargs))
     process = method.method_value
@@ -704,6 +709,16 @@ def _param_invoker(dofn: Any, args: tuple, kwargs: dict) -> tuple[Callable, bool
             return process(*arguments, **keywords, **{k: view.at(wv.windows[0]) for k, view in keyword_views})
         return process(*arguments, **keywords)
 
+    if restriction is not None:
+        def call_tracked(value: Any, wv: Any, tracker: Any) -> Any:
+            arguments = list(bound)
+            for i, get in fill:
+                arguments[i] = get(value, wv)
+            return process(*arguments, **keywords, **{restriction: tracker})
+
+        if keyword_views:  # the planner gives a splittable DoFn no side inputs
+            raise ValueError(f"{type(dofn).__name__}.process reads side inputs per window and is splittable")
+        return call_tracked, observes_window
     return call, observes_window
 
 
