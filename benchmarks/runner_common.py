@@ -25,6 +25,8 @@ from typing import Callable
 
 import apache_beam as beam
 from apache_beam.coders import VarIntCoder
+from apache_beam.io import iobase
+from apache_beam.io.range_trackers import OffsetRangeTracker
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.transforms import userstate, window
 
@@ -164,6 +166,32 @@ class _Offsets(beam.DoFn):
             offset += 1
 
 
+class _NumberSource(iobase.BoundedSource):
+    """A user's own bounded source of ``[0, n)``, split into ``_SHARDS`` bundles."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def estimate_size(self):
+        return self.n
+
+    def get_range_tracker(self, start, stop):
+        return OffsetRangeTracker(0 if start is None else start, self.n if stop is None else stop)
+
+    def read(self, range_tracker):
+        offset = range_tracker.start_position()
+        while range_tracker.try_claim(offset):
+            yield offset
+            offset += 1
+
+    def split(self, desired_bundle_size, start_position=None, stop_position=None):
+        start = start_position or 0
+        stop = self.n if stop_position is None else stop_position
+        step = -(-(stop - start) // _SHARDS)
+        for at in range(start, stop, step):
+            yield iobase.SourceBundle(min(step, stop - at), self, at, min(at + step, stop))
+
+
 # name -> (what it is, Beam build over n numbers)
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
@@ -238,6 +266,8 @@ CASES: dict[str, tuple[str, Callable]] = {
     "splittable": ("splittable DoFn claiming n offsets in 8 ranges, summed", lambda p, n: (
         p | beam.Create([n // _SHARDS] * _SHARDS) | beam.Reshuffle() | beam.ParDo(_Offsets())
         | beam.CombineGlobally(sum))),
+    "bounded_source": ("Read of a user's BoundedSource of n numbers in 8 bundles, summed", lambda p, n: (
+        p | beam.io.Read(_NumberSource(n)) | beam.CombineGlobally(sum))),
 }
 
 
