@@ -192,6 +192,23 @@ class _NumberSource(iobase.BoundedSource):
             yield iobase.SourceBundle(min(step, stop - at), self, at, min(at + step, stop))
 
 
+class _FiveWays(beam.DoFn):
+    def process(self, x):
+        yield beam.pvalue.TaggedOutput(f"t{x % 5}", x)
+
+
+def _five_tags(p, n):
+    parts = _numbers(p, n) | beam.ParDo(_FiveWays()).with_outputs(*[f"t{i}" for i in range(5)])
+    return [parts[f"t{i}"] | f"Count{i}" >> beam.combiners.Count.Globally() for i in range(5)] | beam.Flatten()
+
+
+def _dead_letters(p, n):
+    """A Map failing on one element in 1,000, its failures sent to a dead-letter output; both counted."""
+    good, bad = _numbers(p, n) | beam.Map(lambda x: 1 // (x % 1000)).with_exception_handling()
+    return (good | "Good" >> beam.combiners.Count.Globally(), bad | "Bad" >> beam.combiners.Count.Globally()) | (
+        "Both" >> beam.Flatten())
+
+
 # name -> (what it is, Beam build over n numbers)
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
@@ -268,6 +285,11 @@ CASES: dict[str, tuple[str, Callable]] = {
         | beam.CombineGlobally(sum))),
     "bounded_source": ("Read of a user's BoundedSource of n numbers in 8 bundles, summed", lambda p, n: (
         p | beam.io.Read(_NumberSource(n)) | beam.CombineGlobally(sum))),
+    "batch_elements": ("BatchElements(100 to 1,000), the batches' sizes summed", lambda p, n: (
+        _numbers(p, n) | beam.BatchElements(min_batch_size=100, max_batch_size=1000) | beam.Map(len)
+        | beam.CombineGlobally(sum))),
+    "dead_letters": ("Map with_exception_handling, one failure in 1,000; both outputs counted", _dead_letters),
+    "five_tags": ("ParDo with five tagged outputs, each counted", _five_tags),
 }
 
 

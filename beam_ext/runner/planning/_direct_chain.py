@@ -107,10 +107,15 @@ def _dofn(payload: bytes) -> Any:
 
 
 def sees_bundles(dofn: Any) -> bool:
-    """Whether ``dofn`` defines ``start_bundle`` or ``finish_bundle``."""
+    """Whether ``dofn`` defines ``start_bundle`` or ``finish_bundle``.
+
+    Read from the instance, as Beam's ``DoFnSignature`` reads them: the
+    wrapper of ``with_exception_handling`` hands the user's DoFn's methods
+    on through its ``__getattribute__``, not through its class.
+    """
     from apache_beam.transforms import core
 
-    return any(getattr(type(dofn), m) is not getattr(core.DoFn, m) for m in _BUNDLE_METHODS)
+    return any(getattr(getattr(dofn, m), "__func__", None) is not getattr(core.DoFn, m) for m in _BUNDLE_METHODS)
 
 
 def simple_dofn(dofn: Any) -> str | None:

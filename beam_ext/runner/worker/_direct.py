@@ -315,6 +315,28 @@ def _wrapped_fn(dofn: Any) -> Callable | None:
     return closure(wrapper)["fn"]
 
 
+def _dead_letter_process(dofn: Any) -> Callable | None:
+    """The ``process`` of Beam's dead-letter wrapper (``with_exception_handling``),
+    its fields read from a plain copy; else None.
+
+    The wrapper hands every name it does not hold on to the user's DoFn
+    through a ``__getattribute__`` written in Python, which runs for each of
+    its own fields too: several calls an element, more than the user's work
+    in a ``Map``. The call is still the wrapper's own function, so a dead
+    letter's traceback names the same frames as on Beam's runners.
+    """
+    import types
+
+    if type(dofn) is not core._ExceptionHandlingWrapperDoFn:
+        return None
+    fields = object.__getattribute__(dofn, "__dict__")
+    method = core._ExceptionHandlingWrapperDoFn.exception_handling_wrapper_do_fn_custom_process
+    # With allow_unsafe_userstate_in_process the wrapper's process is another function.
+    if getattr(fields.get("process"), "__func__", None) is not method:
+        return None
+    return functools.partial(method, types.SimpleNamespace(**fields))
+
+
 def _key_with_none(value: Any) -> tuple:
     return None, value
 
@@ -483,7 +505,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
         yield from _run_with_params(name, with_params, check, output, outputs, special, tracker, state, batches)
         return
     fn = _map_fn(dofn)
-    call = dofn.process if fn is None else fn
+    call = (_dead_letter_process(dofn) or dofn.process) if fn is None else fn
     if kwargs:
         tail = _keywords_in_order(call, len(args), kwargs)
         if tail is None:
