@@ -21,9 +21,10 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.coders import VarIntCoder
 from apache_beam.io import iobase
 from apache_beam.io.range_trackers import OffsetRangeTracker
@@ -209,6 +210,20 @@ def _dead_letters(p, n):
         "Both" >> beam.Flatten())
 
 
+class _Doubled(beam.DoFn):
+    """A batched DoFn: numpy arrays of the elements in, doubled arrays out."""
+
+    def process_batch(self, batch: np.ndarray) -> Iterator[np.ndarray]:
+        yield batch * 2
+
+    def infer_output_type(self, input_element_type):
+        return input_element_type
+
+
+# Beam reads the batch type from the annotations as objects (this module's are strings).
+_Doubled.process_batch.__annotations__ = {"batch": np.ndarray, "return": Iterator[np.ndarray]}
+
+
 # name -> (what it is, Beam build over n numbers)
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
@@ -290,6 +305,9 @@ CASES: dict[str, tuple[str, Callable]] = {
         | beam.CombineGlobally(sum))),
     "dead_letters": ("Map with_exception_handling, one failure in 1,000; both outputs counted", _dead_letters),
     "five_tags": ("ParDo with five tagged outputs, each counted", _five_tags),
+    "batched_dofn": ("a batched DoFn doubling numpy arrays, summed", lambda p, n: (
+        _numbers(p, n) | "Typed" >> beam.Map(lambda x: x).with_output_types(np.int64) | beam.ParDo(_Doubled())
+        | "Int" >> beam.Map(int) | beam.CombineGlobally(sum))),
 }
 
 
