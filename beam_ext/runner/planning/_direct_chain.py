@@ -35,6 +35,11 @@ pane, its state and its timers, and its input's windows do not merge (see
 :func:`stateful_dofn` and :mod:`beam_ext.runner.worker._stateful`). Its
 ``start_bundle`` and ``finish_bundle`` run per bundle of whole keys.
 
+A ``DoFn`` that defines only ``process_batch`` (a batched ``DoFn``: numpy
+arrays, pandas frames) runs on objects too, when it takes the batch alone,
+no side inputs, and yields batches to one output: its batches are made as
+Beam's bundle processor makes them (see :mod:`beam_ext.runner.worker._batched`).
+
 A batch stage whose first step processes a splittable ``DoFn``'s sized
 restrictions (Beam's fusion roots a stage there; the runner spreads the
 restrictions over the tasks) qualifies too, when that ``DoFn`` keeps no
@@ -141,9 +146,10 @@ def simple_dofn(dofn: Any) -> str | None:
     return None
 
 
-def _signature(dofn: Any, splittable: bool = False) -> tuple[Any, str | None]:
+def _signature(dofn: Any, splittable: bool = False, batched: bool = False) -> tuple[Any, str | None]:
     """``dofn``'s ``DoFnSignature``, and why no stage on objects runs it (stateful or
-    not; processing sized restrictions where ``splittable``), or None."""
+    not; processing sized restrictions where ``splittable``; its batches where
+    ``batched``), or None."""
     from apache_beam.runners.common import DoFnSignature
     from apache_beam.transforms import core
 
@@ -154,9 +160,35 @@ def _signature(dofn: Any, splittable: bool = False) -> tuple[Any, str | None]:
         return signature, "it takes setup or bundle contexts"
     if signature.is_splittable_dofn() != splittable:
         return signature, "it is splittable" if not splittable else "it is not splittable"
-    if dofn._process_batch_defined or dofn._process_yields_batches or not dofn._process_defined:
-        return signature, "it works on batches"
+    if works_on_batches(dofn) != batched:
+        return signature, "it works on batches" if not batched else "it works on elements"
     return signature, None
+
+
+def works_on_batches(dofn: Any) -> bool:
+    """Whether ``dofn`` defines ``process_batch``, yields batches, or has no ``process``."""
+    return dofn._process_batch_defined or dofn._process_yields_batches or not dofn._process_defined
+
+
+def batched_dofn(dofn: Any) -> str | None:
+    """Why a ``dofn`` that works on batches does not run on element objects
+    (:mod:`beam_ext.runner.worker._batched`), or None."""
+    signature, reason = _signature(dofn, batched=True)
+    if reason is not None:
+        return reason
+    if dofn._process_defined:
+        # Beam hands such a DoFn elements or batches by what its neighbours make.
+        return "it defines process as well as process_batch"
+    if dofn._process_batch_yields_elements:
+        return "its process_batch yields elements"
+    if getattr(dofn, "input_batch_converter", None) is None or getattr(dofn, "output_batch_converter", None) is None:
+        return "it has no batch converters"
+    method = signature.process_batch_method
+    if len(method.args) != 1 or method.defaults:
+        return "its process_batch takes more than the batch"
+    if signature.is_stateful_dofn():
+        return "it is stateful"
+    return None
 
 
 def splittable_dofn(dofn: Any) -> str | None:
@@ -378,6 +410,15 @@ class _LineBuilder:
         except ValueError:
             raise _NotDirect from None  # a DoFn of another SDK's or an unknown stateless kind
         dofn = _dofn(dofn_data)
+        batched = dofn is not None and not stateful and works_on_batches(dofn)
+        if batched:
+            # Batches of the element alone, on a line (a batched DoFn with tagged outputs keeps Beam's path).
+            _, args, kwargs, *_ = pickler.loads(dofn_data)
+            if (batched_dofn(dofn) is not None or args or kwargs or payload.side_inputs
+                    or len(transform.outputs) != 1):
+                raise _NotDirect
+            # Its batches close at bundle ends too, as Beam's consumer set flushes them.
+            return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, bundles=True, batched=True)
         if dofn is None or (stateful_dofn(dofn, windowing) if stateful else simple_dofn(dofn)) is not None:
             raise _NotDirect
         views = []

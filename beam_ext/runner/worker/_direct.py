@@ -125,7 +125,8 @@ class DirectStep:
     ``bundles``: its DoFn defines ``start_bundle`` or ``finish_bundle``.
     ``stateful``: its DoFn keeps state or sets timers; it is then the first
     step of its chain and takes the chain's input grouped by key (see
-    :mod:`beam_ext.runner.worker._stateful`)."""
+    :mod:`beam_ext.runner.worker._stateful`). ``batched``: its DoFn defines
+    only ``process_batch`` (see :mod:`beam_ext.runner.worker._batched`)."""
 
     name: str
     payload: bytes
@@ -134,6 +135,7 @@ class DirectStep:
     tagged: bool = False
     bundles: bool = False
     stateful: bool = False
+    batched: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -569,6 +571,14 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
                 yield outputs(template, out)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise _failed(name) from exc
+
+
+def _run_batched(name: str, dofn: Any, tracker: _Tracker, state: _State, batches: Iterator[Any],
+                 needs_setup: bool = False) -> Iterator[Any]:
+    """A batched DoFn's step (see :mod:`._batched`); its bundles, and so its ``setup``, are ``_in_bundles``'s."""
+    from beam_ext.runner.worker._batched import run_batched
+
+    return run_batched(dofn, functools.partial(tracker.enter, state), lambda: _failed(name), batches)
 
 
 def _in_bundles(name: str, dofn: Any, tagged: bool, tracker: _Tracker, state: _State, needs_setup: bool,
@@ -1515,8 +1525,11 @@ class _ChainRun:
                 batches = _run_fields(step.name, fields, tracker, _State(container), batches)
             else:
                 dofn, args, kwargs = self._arguments(step, info)
-                run = functools.partial(_run_step, step.name, dofn, tuple(args), dict(kwargs), step.window_fn,
-                                        tracker, _State(container), tagged=step.tagged)
+                if step.batched:
+                    run = functools.partial(_run_batched, step.name, dofn, tracker, _State(container))
+                else:
+                    run = functools.partial(_run_step, step.name, dofn, tuple(args), dict(kwargs), step.window_fn,
+                                            tracker, _State(container), tagged=step.tagged)
                 if step.bundles:
                     batches = _in_bundles(step.name, dofn, step.tagged, tracker, _State(container),
                                           id(info) in fresh, run, batches)
