@@ -374,11 +374,23 @@ def profile_common(names: list[str], size: int, top: int) -> None:
     # Its DoFns are pickled by reference to the module: the workers import it too.
     here = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
+    # The driver's phases first, on a session without the workers' profiler.
+    spark = _session(False)
+    walls = {}
+    try:
+        for name in names:
+            _, build = runner_common.CASES[name]
+            runs = [_timed_run(lambda p, build=build: build(p, size), spark) for _ in range(4)][1:]
+            wall, phases = sorted(runs, key=lambda run: run[0])[1]  # the median of three warm runs
+            walls[name] = dict(wall=wall, phases=phases)
+    finally:
+        spark.stop()
     spark = _session(True)
     try:
         for name in names:
             _, build = runner_common.CASES[name]
             profile(name, lambda p, build=build: build(p, size), spark, {}, top)
+            print("  " + _phases_line(walls[name]))
     finally:
         spark.stop()
 

@@ -443,7 +443,6 @@ class _LineBuilder:
         return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views),
                           tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn), stateful=stateful)
 
-
     def _splittable_step(self, transform: beam_runner_api_pb2.PTransform,
                          payload: beam_runner_api_pb2.ParDoPayload, windowing: Any) -> DirectStep:
         """A splittable DoFn's processing of sized restrictions, first on its

@@ -122,7 +122,8 @@ class DirectStep:
     the window function of its input (which assigns a ``TimestampedValue``
     output's windows) and its side inputs, in Beam's argument order.
     ``tagged``: the step has tagged outputs (its chain then forks after it).
-    ``bundles``: its DoFn defines ``start_bundle`` or ``finish_bundle``.
+    ``bundles``: its DoFn defines ``start_bundle`` or ``finish_bundle``, or
+    makes batches that close at bundle ends (``batched``).
     ``stateful``: its DoFn keeps state or sets timers; it is then the first
     step of its chain and takes the chain's input grouped by key (see
     :mod:`beam_ext.runner.worker._stateful`). ``batched``: its DoFn defines
