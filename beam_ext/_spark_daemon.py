@@ -178,6 +178,9 @@ def serve(path: str, listener_fd: int) -> None:
     _send(connection, json.dumps({"pid": os.getpid()}).encode())
     from pyspark.daemon import manager
 
+    from beam_ext.runner.worker._daemon import quiet_closed_workers
+
+    quiet_closed_workers()
     manager()
 
 

@@ -122,3 +122,29 @@ def test_a_warm_daemon_nobody_took_over_ends_with_the_driver(warm):
     warm.process.stdin.close()  # as when the driver exits
     assert warm.process.wait(timeout=60) == 0
     assert not os.path.exists(os.path.dirname(warm.path))
+
+
+def test_a_worker_whose_socket_the_jvm_closed_exits_without_a_traceback(monkeypatch, capfd):
+    import socket
+
+    from pyspark import daemon
+
+    # As Spark starts its daemon; the daemon's loop is PySpark's, restored after the test.
+    monkeypatch.setenv("PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE", "true")
+    monkeypatch.setattr(daemon, "worker", daemon.worker)
+
+    def closed_by_the_jvm() -> socket.socket:
+        ours, jvm = socket.socketpair()
+        jvm.close()  # Spark's idle-worker cleanup, or its context's stop
+        return ours
+
+    # PySpark's own worker: the error it writes after reading the end of its
+    # input cannot be flushed, and its daemon would print the traceback.
+    with pytest.raises(BrokenPipeError):
+        daemon.worker(closed_by_the_jvm(), True)
+    _daemon.quiet_closed_workers()
+    quiet = daemon.worker
+    _daemon.quiet_closed_workers()
+    assert daemon.worker is quiet  # wrapped once
+    assert daemon.worker(closed_by_the_jvm(), True) == 1  # the daemon's loop ends the worker
+    assert "BrokenPipeError" not in capfd.readouterr().err

@@ -74,9 +74,38 @@ def prepare() -> None:
         tune_forked_workers_gc()
 
 
+def quiet_closed_workers() -> None:
+    """Makes a forked worker whose socket the JVM closed exit without a traceback.
+
+    Spark closes an idle worker's socket after a minute unused, and every
+    idle one when its context stops. Over a Unix domain socket (which
+    ``recommended_spark_conf`` turns on) PySpark's worker then reads the end
+    of its input, writes an error nobody reads, and its daemon prints a
+    ``BrokenPipeError`` traceback from that write into the driver's terminal
+    (a long DirectRunner run beside an idle session, the end of ``make
+    demo``). The JVM closed the socket itself and no task was running, so
+    the worker exits as one that failed, quietly. Only that error is caught.
+    """
+    from pyspark import daemon
+
+    worker = daemon.worker
+    if getattr(worker, "quiet_closed", False):
+        return
+
+    def quiet(sock, authenticated):
+        try:
+            return worker(sock, authenticated)
+        except BrokenPipeError:
+            return 1  # the daemon's loop then ends this worker
+
+    quiet.quiet_closed = True
+    daemon.worker = quiet
+
+
 def run() -> None:
     """The daemon: :func:`prepare`, then PySpark's daemon loop."""
     prepare()
+    quiet_closed_workers()
     from pyspark.daemon import manager
 
     manager()
