@@ -14,10 +14,9 @@ import numpy as np
 from apache_beam.transforms import window
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pipeline_outputs import run_and_collect, spark_equals_direct
+from pipeline_outputs import planned_on_objects, run_and_collect, spark_equals_direct
 
 from beam_ext.runner import SparkRunner
-from beam_ext.runner.planning import plan_pipeline
 
 
 class _Doubled(beam.DoFn):
@@ -58,10 +57,7 @@ def _windowed(p, values: list[int], dofn: beam.DoFn, stamp=lambda v: v):
 
 
 def _on_objects(build) -> list[bool]:
-    p = beam.Pipeline()
-    build(p)
-    plan = plan_pipeline(p.to_runner_api(), 1 << 20, 2)
-    return [stage.direct is not None for stage in plan.stages if any("Batched" in s for s in stage.steps)]
+    return planned_on_objects(build, "Batched")
 
 
 def test_a_batched_dofn_equals_beam_and_python(tmp_path):

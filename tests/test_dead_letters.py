@@ -12,10 +12,9 @@ import apache_beam as beam
 from apache_beam.transforms import window
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pipeline_outputs import run_and_collect, spark_equals_direct
+from pipeline_outputs import planned_on_objects, run_and_collect, spark_equals_direct
 
 from beam_ext.runner import SparkRunner
-from beam_ext.runner.planning import plan_pipeline
 
 
 def _checked(p, values: list[int], partial: bool = False):
@@ -45,10 +44,7 @@ def _oracle(values: list[int], partial: bool) -> list:
 
 
 def _on_objects(build) -> list[bool]:
-    p = beam.Pipeline()
-    build(p)
-    plan = plan_pipeline(p.to_runner_api(), 1 << 20, 2)
-    return [stage.direct is not None for stage in plan.stages if any("Checked" in s for s in stage.steps)]
+    return planned_on_objects(build, "Checked")
 
 
 def test_dead_letters_equal_beam_with_their_tracebacks(tmp_path):
