@@ -340,6 +340,29 @@ def _dead_letter_process(dofn: Any) -> Callable | None:
     return functools.partial(method, types.SimpleNamespace(**fields))
 
 
+def _top_adder(dofn: Any) -> Callable[[list], None] | None:
+    """For Beam's per-bundle step of ``Top.Of`` (``_TopPerBundle``) without a key
+    or a reversed order: a function adding a batch's values to its bundle's
+    heap as its ``process`` adds each (``heappush`` until it holds ``n``, then
+    ``heappushpop``), in one loop instead of a call per element. Else None."""
+    import heapq
+
+    if type(dofn) is not combiners._TopPerBundle or dofn._compare or dofn._key:
+        return None
+    n = dofn._n
+    push, pushpop = heapq.heappush, heapq.heappushpop
+
+    def add(values: list) -> None:
+        heap = dofn._heap  # start_bundle gives each bundle its own
+        for value in values:
+            if len(heap) < n:
+                push(heap, value)
+            else:
+                pushpop(heap, value)
+
+    return add
+
+
 def _key_with_none(value: Any) -> tuple:
     return None, value
 
@@ -509,6 +532,7 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
         return
     fn = _map_fn(dofn)
     call = (_dead_letter_process(dofn) or dofn.process) if fn is None else fn
+    top = _top_adder(dofn)
     if kwargs:
         tail = _keywords_in_order(call, len(args), kwargs)
         if tail is None:
@@ -534,6 +558,9 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             template = batch.template
             if fn is not None:
                 yield outputs(template, list(map(call, batch.values, *extra)))
+                continue
+            if top is not None:  # its process outputs nothing
+                top(batch.values)
                 continue
             out: list = []
             append = out.append
