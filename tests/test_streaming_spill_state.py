@@ -130,7 +130,10 @@ def test_state_beyond_the_memory_budget_reaches_disk(tmp_path):
         state.append_raw(_key(f"k{i % 20}"), b"v" * 100)
     state.store.flush()  # waits for the writes under way: no end-of-batch seal yet
     assert state.store.stats["blocks_written"] > 0
-    assert state.store.memory_bytes() <= 2048  # of 21,600 bytes added
+    # Of 21,600 bytes added. The budget is soft: while the I/O thread is busy
+    # the policy plans again only once memory has grown by another block
+    # (here 2048 // 16 bytes), so the last appends may hold up to that much over it.
+    assert state.store.memory_bytes() <= 2048 + 2048 // 16
     chains = state.seal()
     state.close()
     assert os.path.getsize(os.path.join(root, "stage1", "0", "spill", "data.mdb")) > 200 * 100
