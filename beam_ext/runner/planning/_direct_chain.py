@@ -101,14 +101,21 @@ class DirectEnd:
     shuffle: ShuffleWriter | None
 
 
-def _dofn(payload: bytes) -> Any:
-    """The DoFn of pickled DoFn info, or None where it does not unpickle on the driver (it keeps Beam's path)."""
+def _dofn_info(payload: beam_runner_api_pb2.ParDoPayload) -> tuple[bytes, tuple | None]:
+    """A ParDo's pickled DoFn info, and that info unpickled: ``(dofn, args,
+    kwargs, side inputs, windowing)``, or None where it does not unpickle on
+    the driver (it keeps Beam's path). A DoFn of another SDK's keeps it too."""
     from apache_beam.internal import pickler
+    from apache_beam.transforms import core
 
     try:
-        return pickler.loads(payload)[0]
+        data = core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
+    except ValueError:
+        raise _NotDirect from None  # a DoFn of another SDK's or an unknown stateless kind
+    try:
+        return data, pickler.loads(data)
     except Exception:  # noqa: BLE001 - unpicklable here: keep Beam's path
-        return None
+        return data, None
 
 
 def sees_bundles(dofn: Any) -> bool:
@@ -387,7 +394,7 @@ class _LineBuilder:
     def _step(self, transform: beam_runner_api_pb2.PTransform, urn: str,
               windowing: Any) -> DirectStep | DirectCombinePhase:
         from apache_beam.internal import pickler
-        from apache_beam.transforms import core, sideinputs
+        from apache_beam.transforms import sideinputs
 
         if urn in _PHASES:
             payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.CombinePayload)
@@ -405,15 +412,12 @@ class _LineBuilder:
         if ((stateful and (not self.keyed or self.works)) or payload.restriction_coder_id
                 or payload.requests_finalization):
             raise _NotDirect
-        try:
-            dofn_data = core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
-        except ValueError:
-            raise _NotDirect from None  # a DoFn of another SDK's or an unknown stateless kind
-        dofn = _dofn(dofn_data)
+        dofn_data, info = _dofn_info(payload)
+        dofn = None if info is None else info[0]
         batched = dofn is not None and not stateful and works_on_batches(dofn)
         if batched:
             # Batches of the element alone, on a line (a batched DoFn with tagged outputs keeps Beam's path).
-            _, args, kwargs, *_ = pickler.loads(dofn_data)
+            _, args, kwargs, *_ = info
             if (batched_dofn(dofn) is not None or args or kwargs or payload.side_inputs
                     or len(transform.outputs) != 1):
                 raise _NotDirect
@@ -449,15 +453,13 @@ class _LineBuilder:
         stage (Beam's fusion roots it there), as a step of the wrapper
         :class:`~beam_ext.runner.worker._splittable.SizedRestrictions`."""
         from apache_beam.internal import pickler
-        from apache_beam.transforms import core
 
         if self.works or payload.side_inputs or payload.requests_finalization:
             raise _NotDirect
-        try:
-            dofn_data = core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
-            dofn, args, kwargs, side_inputs, fn_windowing = pickler.loads(dofn_data)
-        except Exception:  # noqa: BLE001 - not unpicklable here, or not Python's: keep Beam's path
-            raise _NotDirect from None
+        _, info = _dofn_info(payload)
+        if info is None:
+            raise _NotDirect
+        dofn, args, kwargs, side_inputs, fn_windowing = info
         if splittable_dofn(dofn) is not None:
             raise _NotDirect
         wrapped = pickler.dumps((sized_restrictions(dofn, args, kwargs), (), {}, side_inputs, fn_windowing))

@@ -78,7 +78,7 @@ def run_batched(dofn: Any, enter: Callable[[], None], failed: Callable[[], Excep
         nonlocal count
         while values:
             take = MAX_BATCH - count
-            pending.append((windowing, values[:take]))
+            pending.append((windowing, values if len(values) <= take else values[:take]))
             count += min(take, len(values))
             values = values[take:]
             if count >= MAX_BATCH:

@@ -72,17 +72,18 @@ class SizedRestrictions(core.DoFn):
                              if isinstance(d, core.DoFn.RestrictionParam)]
         invoker = _param_invoker(self.dofn, self.args, self.kwargs, restriction=restriction_arg)
         call = invoker[0]
-        check = [_checks_output(self.dofn)]
+        check = _checks_output(self.dofn)
 
         def process(element: Any, wv: Any, restriction: Any) -> Iterator[Any]:
             from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
 
+            nonlocal check
             while True:
                 tracker = ThreadsafeRestrictionTracker(provider.create_tracker(restriction))
                 results = call(element, wv, RestrictionTrackerView(tracker))
-                if check[0]:
+                if check:
                     check_result(results)
-                    check[0] = False
+                    check = False
                 if results is not None:
                     yield from results
                 tracker.check_done()
