@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 
 from beam_ext import _spark_daemon
 from beam_ext.errors import BeamExtError
@@ -34,6 +36,8 @@ _DAEMON_MODULE = "beam_ext._spark_daemon"
 _warm_daemon: _spark_daemon.WarmDaemon | None = None
 # The context and recommended settings _warn_missing_conf checked last.
 _conf_checked: tuple | None = None
+# A session starting while a pipeline is being built (start_context_early).
+_early_start: _EarlyStart | None = None
 
 
 class SparkUnavailableError(BeamExtError, RuntimeError):
@@ -169,15 +173,105 @@ def _start_warm_daemon(conf: dict[str, str]) -> None:
     conf[f"spark.executorEnv.{_spark_daemon.WARM_DAEMON_ENV}"] = _warm_daemon.path
 
 
+class _EarlyStart:
+    """A session starting on a thread of its own while the pipeline that
+    asked for it is still being built (``start_context_early``)."""
+
+    def __init__(self, key: tuple, start) -> None:
+        self.key = key
+        self._start = start
+        self._context = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="beam_ext-spark-start", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._context = self._start()
+        except BaseException as exc:  # re-raised on the thread that runs the pipeline
+            self._error = exc
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._context
+
+
+def _start_key(options: SparkRunnerOptions, app_name: str,
+               derived_conf: dict[str, str] | None) -> tuple:
+    return (options.spark_master, options.spark_app_name or app_name,
+            tuple(options.spark_conf or ()), tuple(sorted((derived_conf or {}).items())))
+
+
+def start_context_early(options: SparkRunnerOptions, app_name: str,
+                        derived_conf: dict[str, str] | None = None) -> None:
+    """Starts the session ``get_or_create_context`` would start, on a thread,
+    so that Spark's start overlaps the building of the pipeline.
+
+    A fresh process spends about two seconds starting Spark (the JVM, then
+    its context) before any stage can run, while Beam builds and encodes
+    the pipeline. Nothing happens if a context is running or already
+    starting. ``get_or_create_context`` takes the result, or raises its
+    error; were the options different by then, it stops this session and
+    starts one with theirs.
+
+    Example (what SparkRunner does when a pipeline's first transform is
+    applied)::
+
+        start_context_early(options.view_as(SparkRunnerOptions), "beam_ext")
+    """
+    global _early_start
+    if _early_start is not None or active_context() is not None:
+        return
+    key = _start_key(options, app_name, derived_conf)
+    _early_start = _EarlyStart(key, lambda: _start_context(options, app_name, derived_conf))
+
+
+def starting() -> bool:
+    """Whether a session ``start_context_early`` began is still to be taken."""
+    return _early_start is not None
+
+
 def get_or_create_context(options: SparkRunnerOptions, app_name: str,
                           derived_conf: dict[str, str] | None = None):
     """The running SparkContext if there is one (spark-submit, notebooks,
     tests), else a new one built from ``options``. ``derived_conf`` (from
     Dataflow's options) yields to ``--spark_conf``."""
+    global _early_start
+    if _early_start is not None:
+        early, _early_start = _early_start, None
+        context = early.result()
+        if early.key == _start_key(options, app_name, derived_conf):
+            _cancel_jobs_on_interrupt(context)
+            return context
+        _LOG.info("the options changed after Spark was started for this pipeline: starting it again")
+        context.stop()
     context = active_context()
     if context is not None:
         _warn_missing_conf(context)
         return context
+    return _start_context(options, app_name, derived_conf)
+
+
+def _cancel_jobs_on_interrupt(context) -> None:
+    """Ctrl-C cancels the running jobs, as PySpark arranges for a context
+    built on the main thread; one built by ``start_context_early`` was not."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return  # a handler of the user's own stays
+
+    def cancel_and_interrupt(signum, frame):
+        try:
+            context.cancelAllJobs()
+        finally:
+            raise KeyboardInterrupt()
+
+    signal.signal(signal.SIGINT, cancel_and_interrupt)
+
+
+def _start_context(options: SparkRunnerOptions, app_name: str,
+                   derived_conf: dict[str, str] | None):
     java, java_major, java_version = _check_java()
     _check_master_reachable(options.spark_master)
     from pyspark import SparkConf, SparkContext

@@ -25,7 +25,7 @@ from beam_ext.runner.executors import BatchExecutor, StreamingExecutor
 from beam_ext.runner.options import SparkRunnerOptions, check_options
 from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline, swap_native_io
 from beam_ext.runner.planning._create_type import expand_create
-from beam_ext.runner.session import active_context, get_or_create_context
+from beam_ext.runner.session import active_context, get_or_create_context, start_context_early, starting
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -81,8 +81,14 @@ class SparkRunner(runner.PipelineRunner):
         job (Beam's FnApiRunner offers the same switch, used by Beam's tests)."""
         super().__init__()
         self._is_drain = is_drain
+        self._options_seen = None
 
     def apply_PTransform(self, transform, input, options):  # noqa: N802, A002 - Beam's names
+        if options is not self._options_seen:
+            # A pipeline's first transform: its options are known, so Spark
+            # can start while Beam builds and encodes the rest.
+            self._options_seen = options
+            _start_spark_early(options)
         # A Create's values are typed once more when it is applied; here once per shape of value.
         if type(transform) is core.Create:
             return expand_create(transform, input)
@@ -106,14 +112,14 @@ class SparkRunner(runner.PipelineRunner):
         # honoured; report the others once.
         dataflow = map_dataflow_options(options)
         dataflow.raise_unsupported()
-        dataflow.log(_LOG, session_started=active_context() is None)
+        dataflow.log(_LOG, session_started=starting() or active_context() is None)
         validate_pipeline_graph(proto)
         proto = merge_common_environments(merge_superset_dep_environments(proto))
         for env_id, env in proto.components.environments.items():
             proto.components.environments[env_id].CopyFrom(environments.resolve_anyof_environment(
                 env, python_urns.EMBEDDED_PYTHON, common_urns.environments.EXTERNAL.urn,
                 common_urns.environments.DOCKER.urn))
-        job_name = options.view_as(pipeline_options.GoogleCloudOptions).job_name or "beam_ext"
+        job_name = _job_name(options)
         streaming = _proto_is_streaming(proto, options)
         sc = get_or_create_context(spark_options, job_name, dataflow.spark_conf)
         _dependencies.ship(sc, options)
@@ -141,6 +147,23 @@ class SparkRunner(runner.PipelineRunner):
         execution.run()
         _LOG.info("Pipeline done in %.2fs", time.monotonic() - start)
         return SparkPipelineResult(runner.PipelineState.DONE, execution.monitoring)
+
+
+def _job_name(options: pipeline_options.PipelineOptions) -> str:
+    return options.view_as(pipeline_options.GoogleCloudOptions).job_name or "beam_ext"
+
+
+def _start_spark_early(options: pipeline_options.PipelineOptions) -> None:
+    """Starts the session ``run_proto`` will ask for, unless the options
+    are ones ``run_proto`` rejects before Spark starts."""
+    spark_options = options.view_as(SparkRunnerOptions)
+    try:
+        check_options(spark_options)
+        dataflow = map_dataflow_options(options)
+    except Exception:  # noqa: BLE001 - run_proto raises it, naming the option
+        return
+    if not dataflow.unsupported:
+        start_context_early(spark_options, _job_name(options), dataflow.spark_conf)
 
 
 def _is_streaming(pipeline, options: pipeline_options.PipelineOptions) -> bool:
