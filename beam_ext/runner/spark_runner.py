@@ -156,6 +156,8 @@ def _job_name(options: pipeline_options.PipelineOptions) -> str:
 def _start_spark_early(options: pipeline_options.PipelineOptions) -> None:
     """Starts the session ``run_proto`` will ask for, unless the options
     are ones ``run_proto`` rejects before Spark starts."""
+    if active_context() is not None or starting():
+        return  # the common case after a process's first pipeline: nothing to parse
     spark_options = options.view_as(SparkRunnerOptions)
     try:
         check_options(spark_options)
