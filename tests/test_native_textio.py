@@ -20,6 +20,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from hypothesis import HealthCheck, given, settings
+from pipeline_outputs import spark_jobs_run
 
 from beam_ext.runner import SparkRunner
 from beam_ext.runner.native import NativeContext
@@ -210,6 +211,24 @@ def test_write_empty_input_and_default_shards(spark, tmp_path):
     written = [line for name, lines in _shards(tmp_path / "s").items() if name.startswith("auto")
                for line in lines if line]
     assert sorted(written) == sorted(str(i).encode() for i in range(100))
+
+
+def test_a_write_nobody_reads_runs_its_own_job_only(spark, tmp_path):
+    # The write's job writes and finalizes its shards; the files' names it
+    # outputs are listed on the driver, and nobody reads them: no job lists them again.
+    def write(p):
+        _ = (p | beam.Create([str(i) for i in range(100)]) | beam.Map(str.upper)
+             | beam.io.WriteToText(str(tmp_path / "w" / "out"), num_shards=2))
+
+    assert spark_jobs_run(spark, write) == 1
+    written = [line for lines in _shards(tmp_path / "w").values() for line in lines if line]
+    assert sorted(written) == sorted(str(i).encode() for i in range(100))
+    # Read, the names are still there: the count of the shards written.
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        names = p | beam.Create(["a", "b", "c"]) | beam.io.WriteToText(str(tmp_path / "r" / "out"), num_shards=3)
+        _ = (names | beam.combiners.Count.Globally() | beam.Map(str)
+             | "Count" >> beam.io.WriteToText(str(tmp_path / "n" / "count")))
+    assert [line for lines in _shards(tmp_path / "n").values() for line in lines if line] == [b"3"]
 
 
 def _in_windows(p, n):

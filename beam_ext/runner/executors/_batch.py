@@ -555,7 +555,9 @@ class BatchExecutor:
             if isinstance(out, ElementBatches):
                 out = out.elements()
             out = out.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
-            if readers <= 1 and not self._one_by_one:
+            if readers == 0 and spec.urn in native.DONE_ON_RETURN:
+                pass  # a job of its own would only list the files' names again
+            elif readers <= 1 and not self._one_by_one:
                 # Read once (or never): computed in the same pass as its reader,
                 # as a fused Beam step would be, instead of persisted first.
                 self._chained.append(stage)

@@ -45,9 +45,9 @@ from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_AN
 from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_URN
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
 
-__all__ = ["DRIVER_VALUES", "NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION", "ONE_WINDOW_PER_ELEMENT",
-           "READS_ARROW_ROWS", "READS_BATCHES", "TRANSLATIONS", "ArrowRows", "ElementBatches", "NativeContext",
-           "NativeFn", "lookup_native"]
+__all__ = ["DONE_ON_RETURN", "DRIVER_VALUES", "NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION",
+           "ONE_WINDOW_PER_ELEMENT", "READS_ARROW_ROWS", "READS_BATCHES", "TRANSLATIONS", "ArrowRows",
+           "ElementBatches", "NativeContext", "NativeFn", "lookup_native"]
 
 
 class NativeCounter(Protocol):
@@ -98,6 +98,12 @@ READS_ARROW_ROWS: frozenset[str] = frozenset({SLIDING_URN})
 
 #: Implementations that take :class:`ElementBatches` as their input, as well as an RDD.
 READS_BATCHES: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WRITE_PARQUET_BATCHED_URN})
+
+
+#: Implementations whose work is done when they return: a write's shards are
+#: written and finalized by its own Spark jobs, and its output (the files'
+#: names) is listed on the driver. Nobody reading it, no job computes it again.
+DONE_ON_RETURN: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WRITE_PARQUET_BATCHED_URN})
 
 
 #: Implementations whose elements the driver can list from the payload alone
