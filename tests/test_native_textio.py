@@ -22,7 +22,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from hypothesis import HealthCheck, given, settings
 from pipeline_outputs import spark_jobs_run
 
-from beam_ext.runner import SparkRunner
+from beam_ext.runner import PipelineError, SparkRunner
 from beam_ext.runner.native import NativeContext
 from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, ReadConfig, read_lines
 
@@ -213,22 +213,39 @@ def test_write_empty_input_and_default_shards(spark, tmp_path):
     assert sorted(written) == sorted(str(i).encode() for i in range(100))
 
 
-def test_a_write_nobody_reads_runs_its_own_job_only(spark, tmp_path):
-    # The write's job writes and finalizes its shards; the files' names it
-    # outputs are listed on the driver, and nobody reads them: no job lists them again.
+def test_writes_nobody_reads_share_the_last_job(spark, tmp_path):
+    # Each write's tasks write its shards; the files' names it outputs are
+    # listed on the driver and nobody reads them, so all three run in the
+    # pipeline's one job, each finalized after it.
     def write(p):
-        _ = (p | beam.Create([str(i) for i in range(100)]) | beam.Map(str.upper)
-             | beam.io.WriteToText(str(tmp_path / "w" / "out"), num_shards=2))
+        numbers = p | beam.Create([str(i) for i in range(100)])
+        for k in range(3):
+            _ = (numbers | f"Keep{k}" >> beam.Filter(lambda x, k=k: int(x) % 3 == k)
+                 | f"Upper{k}" >> beam.Map(str.upper)
+                 | f"Write{k}" >> beam.io.WriteToText(str(tmp_path / "w" / f"out{k}"), num_shards=2))
 
     assert spark_jobs_run(spark, write) == 1
-    written = [line for lines in _shards(tmp_path / "w").values() for line in lines if line]
-    assert sorted(written) == sorted(str(i).encode() for i in range(100))
+    for k in range(3):
+        written = [line for name, lines in _shards(tmp_path / "w").items() if name.startswith(f"out{k}-")
+                   for line in lines if line]
+        assert sorted(written) == sorted(str(i).encode() for i in range(100) if i % 3 == k)
     # Read, the names are still there: the count of the shards written.
     with beam.Pipeline(runner=SparkRunner()) as p:
         names = p | beam.Create(["a", "b", "c"]) | beam.io.WriteToText(str(tmp_path / "r" / "out"), num_shards=3)
         _ = (names | beam.combiners.Count.Globally() | beam.Map(str)
              | "Count" >> beam.io.WriteToText(str(tmp_path / "n" / "count")))
     assert [line for lines in _shards(tmp_path / "n").values() for line in lines if line] == [b"3"]
+
+
+def test_a_failure_in_the_shared_last_job_names_its_step(spark, tmp_path):
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            numbers = p | beam.Create(range(10))
+            _ = numbers | "Fine" >> beam.Map(str) | "WriteFine" >> beam.io.WriteToText(str(tmp_path / "fine"))
+            _ = (numbers | "Fail" >> beam.Map(lambda x: str(1 // (x - 7)))
+                 | "WriteFail" >> beam.io.WriteToText(str(tmp_path / "fail")))
+    assert str(info.value).startswith("Beam step 'Fail' failed on Spark:")
+    assert "ZeroDivisionError" in str(info.value)
 
 
 def _in_windows(p, n):

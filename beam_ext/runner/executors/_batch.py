@@ -112,6 +112,11 @@ def _drain(records) -> None:
         pass
 
 
+def _drained(records) -> Iterator:
+    _drain(records)
+    return iter(())
+
+
 def _decode_chunks(coder, chunks):
     impl = coder.get_impl()
     for chunk in chunks:
@@ -158,6 +163,8 @@ class BatchExecutor:
         self._group_spills = self._sc.accumulator({}, _LatestReport())
         self._readers = _count_readers(plan)
         self._unread: list = []  # stage outputs nobody reads: the final job computes them
+        # Jobs of writes nobody reads, run in the final job: (rdd, what to do with its elements).
+        self._last_jobs: list[tuple[Any, Callable[[list], Any]]] = []
         self._chained: list[PlannedStage] = []  # stages computed by the next Spark action
         self._native_counters: list[tuple[str, str, Any]] = []  # (stage, step, accumulator)
         # Buffers a native step left as Arrow tables for native readers of columns.
@@ -198,7 +205,7 @@ class BatchExecutor:
             broadcast.unpersist()
         self._persisted, self._broadcasts, self._buffers, self._grouped = [], [], {}, {}
         self._arrow_rows, self._values, self._driver_values, self._side_chunks = {}, {}, {}, {}
-        self._unread, self._chained = [], []
+        self._unread, self._chained, self._last_jobs = [], [], []
 
     def _run_chained(self) -> None:
         start = time.monotonic()
@@ -482,11 +489,20 @@ class BatchExecutor:
         self._record_metrics()
 
     def _compute_unread(self) -> None:
-        if self._unread:
+        """The last job: stage outputs nobody reads, and the writes nobody
+        reads (each finalized on the driver after it, in plan order)."""
+        if self._unread or self._last_jobs:
             unread, self._unread = self._unread, []
+            jobs, self._last_jobs = self._last_jobs, []
+            parts = [rdd.mapPartitions(_drained) for rdd in unread] + [
+                _tag(index, rdd) for index, (rdd, _) in enumerate(jobs)]
             with self._action():
-                rdd = unread[0] if len(unread) == 1 else self._sc.union(unread)
-                rdd.foreachPartition(_drain)
+                collected = (parts[0] if len(parts) == 1 else self._sc.union(parts)).collect()
+                by_job: list[list] = [[] for _ in jobs]
+                for index, value in collected:
+                    by_job[index].append(value)
+                for (_, then), values in zip(jobs, by_job):
+                    then(values)
         self._record_metrics()
 
     def _record_metrics(self) -> None:
@@ -523,9 +539,14 @@ class BatchExecutor:
         if listed is not None and len(stage.outputs) == 1 and self._written_once(stage.outputs[0]):
             self._driver_values[stage.outputs[0]] = (spec.output_coder, functools.partial(listed, spec.payload))
         counters = self._sc.accumulator({}, _DictSumParam())
+        readers = sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs)
         context = native.NativeContext(
             sc=self._sc, parallelism=self._parallelism, step_name=spec.step_name,
             counter=lambda namespace, name: _SparkCounter(counters, (namespace, name)))
+        if readers == 0 and spec.urn in native.DONE_ON_RETURN and not self._one_by_one:
+            # A write nobody reads: its job joins the pipeline's last one,
+            # which runs every such write's tasks side by side.
+            context.run_job = lambda rdd, then: self._last_jobs.append((rdd, then))
         values = self._arrow_rows.get(stage.inputs[0]) or self._values.get(stage.inputs[0])
         if values is None:
             values = self._read(stage.inputs[0]).mapPartitions(
@@ -533,11 +554,13 @@ class BatchExecutor:
         elif isinstance(values, ElementBatches) and spec.urn not in native.READS_BATCHES:
             values = values.elements()
         self._native_counters.append((stage.name, spec.step_name, counters))
-        readers = sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs)
         # Inside the action: an implementation may run Spark jobs itself (a
         # write finalizes its files on the driver); their errors name the step too.
         with self._action(stage):
             out = fn(spec.payload, values, context)
+            if out is None:  # its job deferred to the last one (run_job above)
+                self._chained.append(stage)
+                return
             if isinstance(out, native.ArrowRows):
                 if (not self._one_by_one and stage.outputs
                         and all(self._reads_arrow_rows(buffer_id) for buffer_id in stage.outputs)):
@@ -556,7 +579,7 @@ class BatchExecutor:
                 out = out.elements()
             out = out.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
             if readers == 0 and spec.urn in native.DONE_ON_RETURN:
-                pass  # a job of its own would only list the files' names again
+                pass  # its job ran; another would only list the files' names again
             elif readers <= 1 and not self._one_by_one:
                 # Read once (or never): computed in the same pass as its reader,
                 # as a fused Beam step would be, instead of persisted first.

@@ -62,13 +62,18 @@ class NativeContext:
     partitions the runner uses for shuffles.
     ``counter(namespace, name)`` returns a picklable counter usable inside
     Spark tasks; its total shows up in ``result.metrics()`` under the
-    composite's step name.
+    composite's step name. ``run_job(rdd, then)`` runs ``rdd`` as a Spark
+    job and returns ``then`` of its collected elements; for an
+    implementation in :data:`DONE_ON_RETURN` whose output nobody reads, the
+    runner may instead run it in the pipeline's last job, beside others,
+    call ``then`` after it, and return None here.
     """
 
     sc: Any
     parallelism: int
     step_name: str
     counter: Callable[[str, str], NativeCounter]
+    run_job: Callable[[Any, Callable[[list], Any]], Any] = lambda rdd, then: then(rdd.collect())
 
 
 NativeFn = Callable[[bytes, Any, NativeContext], Any]
@@ -101,8 +106,9 @@ READS_BATCHES: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WR
 
 
 #: Implementations whose work is done when they return: a write's shards are
-#: written and finalized by its own Spark jobs, and its output (the files'
-#: names) is listed on the driver. Nobody reading it, no job computes it again.
+#: written and finalized by its own Spark job (``NativeContext.run_job``), and
+#: its output (the files' names) is listed on the driver. Nobody reading it,
+#: no job computes it again, and its own job may be the pipeline's last one.
 DONE_ON_RETURN: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WRITE_PARQUET_BATCHED_URN})
 
 

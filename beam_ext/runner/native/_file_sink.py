@@ -104,8 +104,15 @@ def write_shards(sink: Any, elements: Any, ctx: Any, write_values: WriteValues,
             # would leave shards empty.
             rdd = elements.elements().repartition(num_shards).mapPartitions(batched)
     temp_dir = sink.initialize_write()
-    written = sorted(rdd.mapPartitionsWithIndex(
-        functools.partial(_write_shard, sink, temp_dir, write_values, write_columns)).collect())
+    shards = rdd.mapPartitionsWithIndex(functools.partial(_write_shard, sink, temp_dir, write_values, write_columns))
+    return ctx.run_job(shards, functools.partial(_finalize, sc, sink, temp_dir))
+
+
+def _finalize(sc: Any, sink: Any, temp_dir: str, written: list[str]) -> Any:
+    """The written shards renamed to their final names, as Beam's WriteImpl
+    does after its writes; an RDD of those names."""
+    written = sorted(written)
+    num_shards = sink.num_shards
     min_shards = max(num_shards, 1)
     if len(written) < min_shards and (written or not sink.skip_if_empty):
         # As Beam's WriteImpl: empty shards up to the shard count.
