@@ -203,6 +203,17 @@ def _five_tags(p, n):
     return [parts[f"t{i}"] | f"Count{i}" >> beam.combiners.Count.Globally() for i in range(5)] | beam.Flatten()
 
 
+def _five_writes(p, n):
+    """Numbers split five ways by their remainder, as a pipeline writing several
+    outputs does: four written as text files here, the fifth the case's output."""
+    numbers = _numbers(p, n)
+    out_dir = tempfile.mkdtemp(prefix="beam_ext_five_writes_")
+    for k in range(4):
+        _ = (numbers | f"Keep{k}" >> beam.Filter(lambda x, k=k: x % 5 == k) | f"Str{k}" >> beam.Map(str)
+             | f"Write{k}" >> beam.io.WriteToText(os.path.join(out_dir, f"part{k}")))
+    return numbers | "Keep4" >> beam.Filter(lambda x: x % 5 == 4)
+
+
 def _dead_letters(p, n):
     """A Map failing on one element in 1,000, its failures sent to a dead-letter output; both counted."""
     good, bad = _numbers(p, n) | beam.Map(lambda x: 1 // (x % 1000)).with_exception_handling()
@@ -305,6 +316,7 @@ CASES: dict[str, tuple[str, Callable]] = {
         | beam.CombineGlobally(sum))),
     "dead_letters": ("Map with_exception_handling, one failure in 1,000; both outputs counted", _dead_letters),
     "five_tags": ("ParDo with five tagged outputs, each counted", _five_tags),
+    "five_writes": ("five filters, four written as text by the pipeline", _five_writes),
     "batched_dofn": ("a batched DoFn doubling numpy arrays, summed", lambda p, n: (
         _numbers(p, n) | "Typed" >> beam.Map(lambda x: x).with_output_types(np.int64) | beam.ParDo(_Doubled())
         | "Int" >> beam.Map(int) | beam.CombineGlobally(sum))),
