@@ -195,6 +195,22 @@ def test_side_inputs_a_job_completes_are_collected_in_that_job(spark, tmp_path):
         spark, lambda p: _counts_and_shares(p, 1))
 
 
+@pytest.mark.parametrize("kept", [range(0), range(1, 8), range(1, 2000)])
+def test_a_global_combine_injects_its_default_in_the_job_that_computes_it(spark, tmp_path, kept):
+    # CombineGlobally injects its default from a Create of one element that
+    # reads the combined result as a side input. That step gathers the side
+    # input in its one task, in the job computing it: one Spark job in all,
+    # the default where nothing is left to combine.
+    def build(p):
+        numbers = p | beam.Create(range(1, 2000)) | "Keep" >> beam.Filter(lambda x, s=set(kept): x in s)
+        return ((numbers | "Sum" >> beam.CombineGlobally(sum), numbers | "Count" >> beam.combiners.Count.Globally(),
+                 numbers | "All" >> beam.combiners.ToList() | "Sorted" >> beam.Map(sorted)) | beam.Flatten())
+
+    got = spark_equals_direct(build, tmp_path)
+    assert sorted(got, key=repr) == sorted([sum(kept), len(kept), list(kept)], key=repr)
+    assert spark_jobs_run(spark, lambda p: build(p) | beam.Map(print)) == 1
+
+
 def _add(x: int, offset: int) -> int:
     return x + offset
 

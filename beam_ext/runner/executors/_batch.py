@@ -40,6 +40,10 @@ _LOG = logging.getLogger("beam_ext.runner")
 _RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
 
 
+#: Most main-input elements a stage gathering its side inputs takes: it runs as one task.
+_GATHERED_MAIN = 1_000
+
+
 def _tag(index: int, rdd):
     return rdd.map(lambda chunk: (index, chunk))
 
@@ -95,6 +99,25 @@ def _direct_task(chain, setup, side_inputs, reports, stage_name: str, batches_ou
                                 batches_out, indexed)
     for serialized in report:
         reports.add({(stage_name, partition): serialized})
+
+
+class _Gathered:
+    """Side inputs a task gathered itself, held as a broadcast holds them (``value``)."""
+
+    def __init__(self, value: list[list[bytes]]) -> None:
+        self.value = value
+
+
+def _gathering_task(sides: int, chain, setup, reports, stage_name: str, batches_out: bool, indexed: bool,
+                    partition: int, items) -> Iterator:
+    """A stage over the few main-input batches tagged -1, with its ``sides``
+    side inputs' encoded chunks tagged by index (see ``_gathers_side_inputs``)."""
+    chunks: list[list[bytes]] = [[] for _ in range(sides)]
+    batches = []
+    for tag, item in items:
+        (batches if tag < 0 else chunks[tag]).append(item)
+    yield from _direct_task(chain, setup, _Gathered(chunks), reports, stage_name, batches_out, indexed,
+                            partition, batches)
 
 
 def _group_task(read: Callable, step: str, reports, partition: int, blobs) -> Iterator:
@@ -385,9 +408,15 @@ class BatchExecutor:
         """Adds a stage of Map-like steps run on element objects (``worker/_direct.py``)."""
         chain = stage.direct
         _LOG.debug("stage %s runs its steps on element objects", stage.label)
-        side_inputs = self._broadcast(self._side_input_chunks(stage)) if stage.side_inputs else None
         handed = self._values.get(stage.inputs[0])
-        if chain.keyed_memory:
+        gathers = self._gathers_side_inputs(stage, handed)
+        side_inputs = (self._broadcast(self._side_input_chunks(stage))
+                       if stage.side_inputs and not gathers else None)
+        if gathers:
+            _LOG.debug("stage %s gathers its side inputs in its one task", stage.label)
+            batches = self._sc.union([_tag(-1, handed.rdd)] + [
+                _tag(index, self._read(spec.buffer)) for index, spec in enumerate(stage.side_inputs)]).coalesce(1)
+        elif chain.keyed_memory:
             # A stateful DoFn's stage: its input by key, a key's elements together.
             _LOG.debug("stage %s runs its stateful DoFn on element objects, a key at a time", stage.label)
             splitter = ElementSplitter(chain.input_coder)
@@ -418,8 +447,14 @@ class BatchExecutor:
         # No output: the pipeline's last steps, run by the final job, their batches dropped.
         handing = not buffers or len(buffers) == 1 and not shuffles and self._objects_read(buffers[0])
         indexed = len(buffers) > 1
-        out = batches.mapPartitionsWithIndex(functools.partial(
-            _direct_task, chain, stage.spec.worker_setup, side_inputs, self._reports, stage.name, handing, indexed))
+        if gathers:
+            out = batches.mapPartitionsWithIndex(functools.partial(
+                _gathering_task, len(stage.side_inputs), chain, stage.spec.worker_setup, self._reports,
+                stage.name, handing, indexed))
+        else:
+            out = batches.mapPartitionsWithIndex(functools.partial(
+                _direct_task, chain, stage.spec.worker_setup, side_inputs, self._reports, stage.name, handing,
+                indexed))
         if not buffers:
             self._hold(out, 0)
             return
@@ -435,6 +470,23 @@ class BatchExecutor:
         for buffer_id in buffers:
             indices = frozenset(i for i, b in enumerate(stage.outputs) if b == buffer_id)
             self._write(buffer_id, out.filter(lambda r, ix=indices: r[0] in ix).values())
+
+    def _gathers_side_inputs(self, stage: PlannedStage, handed: ElementBatches | None) -> bool:
+        """Whether ``stage`` runs as one task that reads its side inputs itself,
+        in the job that computes them, instead of a job collecting them first.
+
+        So it does where its main input is a few elements the driver lists (a
+        ``CombineGlobally`` injects its default from a ``Create`` of one
+        element, its result read as a side input) and no side input is listed
+        or collected already."""
+        if (self._one_by_one or not stage.side_inputs or handed is None or stage.spread
+                or stage.direct.keyed_memory):
+            return False
+        if any(spec.buffer in self._driver_values or spec.buffer in self._side_chunks
+               for spec in stage.side_inputs):
+            return False
+        listed = self._driver_values.get(stage.inputs[0])
+        return listed is not None and len(listed[1]()) <= _GATHERED_MAIN
 
     def _readers_of(self, buffer_id: bytes) -> list[PlannedStage]:
         return [s for s in self._plan.stages
