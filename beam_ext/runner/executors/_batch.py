@@ -40,8 +40,9 @@ _LOG = logging.getLogger("beam_ext.runner")
 _RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
 
 
-#: Most main-input elements a stage gathering its side inputs takes: it runs as one task.
-_GATHERED_MAIN = 1_000
+#: Largest main input (a Create's encoded payload) of a stage that gathers
+#: its side inputs: the stage runs as one task, its input passing the JVM.
+_GATHERED_MAIN_BYTES = 64 * 1024
 
 
 def _tag(index: int, rdd):
@@ -199,6 +200,7 @@ class BatchExecutor:
         # Outputs of native steps the driver lists without Spark (a Create's):
         # buffer -> (coder, elements when called); side inputs read them from here.
         self._driver_values: dict[bytes, tuple[Any, Callable[[], list]]] = {}
+        self._driver_bytes: dict[bytes, int] = {}  # the encoded size of each, without listing it
         # Side inputs collected to the driver, by buffer: encoded chunks.
         self._side_chunks: dict[bytes, list[bytes]] = {}
 
@@ -228,7 +230,7 @@ class BatchExecutor:
             broadcast.unpersist()
         self._persisted, self._broadcasts, self._buffers, self._grouped = [], [], {}, {}
         self._arrow_rows, self._values, self._driver_values, self._side_chunks = {}, {}, {}, {}
-        self._unread, self._chained, self._last_jobs = [], [], []
+        self._driver_bytes, self._unread, self._chained, self._last_jobs = {}, [], [], []
 
     def _run_chained(self) -> None:
         start = time.monotonic()
@@ -475,18 +477,18 @@ class BatchExecutor:
         """Whether ``stage`` runs as one task that reads its side inputs itself,
         in the job that computes them, instead of a job collecting them first.
 
-        So it does where its main input is a few elements the driver lists (a
-        ``CombineGlobally`` injects its default from a ``Create`` of one
-        element, its result read as a side input) and no side input is listed
-        or collected already."""
+        So it does where its main input is a small ``Create`` in one
+        partition, which runs as one task anyway (a ``CombineGlobally``
+        injects its default from a ``Create`` of one element, its result read
+        as a side input), and no side input is listed or collected already."""
         if (self._one_by_one or not stage.side_inputs or handed is None or stage.spread
-                or stage.direct.keyed_memory):
+                or stage.direct.keyed_memory
+                or self._driver_bytes.get(stage.inputs[0], _GATHERED_MAIN_BYTES + 1) > _GATHERED_MAIN_BYTES):
             return False
         if any(spec.buffer in self._driver_values or spec.buffer in self._side_chunks
                for spec in stage.side_inputs):
             return False
-        listed = self._driver_values.get(stage.inputs[0])
-        return listed is not None and len(listed[1]()) <= _GATHERED_MAIN
+        return handed.rdd.getNumPartitions() == 1
 
     def _readers_of(self, buffer_id: bytes) -> list[PlannedStage]:
         return [s for s in self._plan.stages
@@ -590,6 +592,7 @@ class BatchExecutor:
         listed = native.DRIVER_VALUES.get(spec.urn)
         if listed is not None and len(stage.outputs) == 1 and self._written_once(stage.outputs[0]):
             self._driver_values[stage.outputs[0]] = (spec.output_coder, functools.partial(listed, spec.payload))
+            self._driver_bytes[stage.outputs[0]] = len(spec.payload)
         counters = self._sc.accumulator({}, _DictSumParam())
         readers = sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs)
         context = native.NativeContext(
