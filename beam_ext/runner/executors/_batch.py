@@ -595,12 +595,12 @@ class BatchExecutor:
             self._driver_bytes[stage.outputs[0]] = len(spec.payload)
         counters = self._sc.accumulator({}, _DictSumParam())
         readers = sum(self._readers.get(buffer_id, 0) for buffer_id in stage.outputs)
+        done_unread = readers == 0 and spec.urn in native.DONE_ON_RETURN  # a write nobody reads
         context = native.NativeContext(
             sc=self._sc, parallelism=self._parallelism, step_name=spec.step_name,
             counter=lambda namespace, name: _SparkCounter(counters, (namespace, name)))
-        if readers == 0 and spec.urn in native.DONE_ON_RETURN and not self._one_by_one:
-            # A write nobody reads: its job joins the pipeline's last one,
-            # which runs every such write's tasks side by side.
+        if done_unread and not self._one_by_one:
+            # Its job joins the pipeline's last one, which runs every such write's tasks side by side.
             context.run_job = lambda rdd, then: self._last_jobs.append((rdd, then))
         values = self._arrow_rows.get(stage.inputs[0]) or self._values.get(stage.inputs[0])
         if values is None:
@@ -633,8 +633,8 @@ class BatchExecutor:
             if isinstance(out, ElementBatches):
                 out = out.elements()
             out = out.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
-            if readers == 0 and spec.urn in native.DONE_ON_RETURN:
-                pass  # its job ran; another would only list the files' names again
+            if done_unread:
+                pass  # its job ran (stage by stage); another would only list the files' names again
             elif readers <= 1 and not self._one_by_one:
                 # Read once (or never): computed in the same pass as its reader,
                 # as a fused Beam step would be, instead of persisted first.
