@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import pickle
 
 import apache_beam as beam
 import pytest
@@ -296,6 +297,48 @@ def _stateful_windowed_side_input(p):
             | beam.MapTuple(lambda k, v, ts: window.TimestampedValue((k, v), ts))
             | beam.WindowInto(window.FixedWindows(5))
             | "Enrich" >> beam.ParDo(_WeighedInWindows(), beam.pvalue.AsDict(rates)))
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cases=st.lists(st.tuples(_EVENTS, _EVENTS, st.sampled_from(sorted(WINDOWS))), min_size=1, max_size=2))
+def test_a_multimap_side_input_is_read_on_objects_as_beam(tmp_path_factory, cases):
+    def build(p, case, events, side_events, windows):
+        side = _timestamped(p, side_events, f"Side{case}") | f"SideWindow{case}" >> beam.WindowInto(WINDOWS[windows])
+        return (_timestamped(p, events, case)
+                | f"Window{case}" >> beam.WindowInto(WINDOWS[windows])
+                # A key the side input has or lacks, and a tuple key it never has.
+                | f"Enrich{case}" >> beam.Map(lambda kv, m: (kv[0], sorted(m[kv[0]]), list(m[(kv[0], kv[1])])),
+                                              m=beam.pvalue.AsMultiMap(side))
+                | f"Stamped{case}" >> beam.ParDo(_Stamped()))
+    _cases_equal_beam(build, cases, tmp_path_factory.mktemp("multimap"))
+    assert set(_enriching_on_objects(lambda p: [build(p, str(i), *args) for i, args in enumerate(cases)])) == {True}
+
+
+def _many_keys_multimap(p):
+    # Past 100 keys Beam reads a key's values lazily; a tuple key, and a list
+    # one that no lookup can reach.
+    side = p | "Side" >> beam.Create([(k % 150, k) for k in range(450)] + [([1, 2], "list"), ((1, 2), "tuple")])
+    return (p | beam.Create([0, 7, 149, 150, 449])
+            | "Enrich" >> beam.Map(lambda k, m: (k, sum(m[k]), len(list(m[k])), list(m[(1, 2)])),
+                                   m=beam.pvalue.AsMultiMap(side)))
+
+
+def test_a_multimap_side_input_of_many_keys_and_unhashable_ones_equals_beam(tmp_path):
+    got = spark_equals_direct(_many_keys_multimap, tmp_path)
+    assert sorted(got) == [[0, 450, 3, ["tuple"]], [7, 471, 3, ["tuple"]], [149, 897, 3, ["tuple"]],
+                           [150, 0, 0, ["tuple"]], [449, 0, 0, ["tuple"]]]
+    assert _enriching_on_objects(_many_keys_multimap) == [True]
+
+
+def test_a_multimap_view_groups_values_by_key_and_is_never_shipped():
+    from beam_ext.runner.worker._multimap_view import MultiMap
+
+    view = MultiMap([(1, "a"), ([1], "x"), (2, "b"), (1, "c"), ((1,), "d")])
+    assert (view[1], view[2], view[3], view[(1,)]) == (["a", "c"], ["b"], [], ["d"])
+    with pytest.raises(TypeError, match="unhashable"):  # as Beam's MultiMap
+        view[[1]]
+    with pytest.raises(TypeError, match="AsMultiMap"):
+        pickle.dumps(view)
 
 
 def test_a_stateful_dofn_reading_a_side_input_per_window_keeps_the_bundle_processor():

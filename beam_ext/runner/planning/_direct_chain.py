@@ -82,6 +82,7 @@ from beam_ext.runner.worker._direct import (
 from beam_ext.runner.worker._splittable import sized_restrictions
 
 _BUNDLE_METHODS = ("start_bundle", "finish_bundle")
+_ACCESS_PATTERNS = (common_urns.side_inputs.ITERABLE.urn, common_urns.side_inputs.MULTIMAP.urn)
 _PRECOMBINE = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
 _ASSIGN_WINDOWS = common_urns.primitives.ASSIGN_WINDOWS.urn
 _SDF_PROCESS = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
@@ -430,7 +431,7 @@ class _LineBuilder:
         for tag in sorted(payload.side_inputs, key=sideinputs.get_sideinput_index):
             proto = payload.side_inputs[tag]
             found = self.side_input(transform.unique_name, tag, transform.inputs[tag])
-            if (found is None or proto.access_pattern.urn != common_urns.side_inputs.ITERABLE.urn
+            if (found is None or proto.access_pattern.urn not in _ACCESS_PATTERNS
                     or proto.window_mapping_fn.urn != python_urns.PICKLED_WINDOW_MAPPING_FN):
                 raise _NotDirect
             index, coder = found
@@ -443,7 +444,8 @@ class _LineBuilder:
             if not whole and stateful:
                 raise _NotDirect
             views.append(DirectSideInput(index, proto.view_fn.payload, coder,
-                                         None if whole else proto.window_mapping_fn.payload))
+                                         None if whole else proto.window_mapping_fn.payload,
+                                         proto.access_pattern.urn == common_urns.side_inputs.MULTIMAP.urn))
         return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views),
                           tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn), stateful=stateful)
 

@@ -72,6 +72,7 @@ from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
 from beam_ext.runner.worker._branches import MAIN_TAG, ByTag, Tagged, fork
+from beam_ext.runner.worker._multimap_view import MultiMap
 from beam_ext.runner.worker._partial_sessions import PartialSessions, merges_partially
 from beam_ext.runner.worker._plain_accumulators import plain_accumulators, plain_tuple_accumulators
 from beam_ext.runner.worker._projection import project, projection, traceable
@@ -88,7 +89,8 @@ from beam_ext.runner.worker._setup import WorkerSetup
 @dataclasses.dataclass(frozen=True)
 class DirectSideInput:
     """A side input of a step: its index among the stage's side inputs, its
-    pickled view function, and its elements' windowed coder. ``mapping``:
+    pickled view function, its elements' windowed coder, and whether it is
+    read as a multimap (``AsMultiMap``) or as an iterable. ``mapping``:
     its pickled window mapping function where an element reads the view of
     the side input's window its own window maps to (see :class:`_WindowedView`);
     None where every element reads the view of all its elements (the global window)."""
@@ -97,6 +99,7 @@ class DirectSideInput:
     view_fn: bytes
     coder: Any
     mapping: bytes | None = None
+    multimap: bool = False  # an AsMultiMap: its view function reads a MultiMap
 
 
 class AssignWindows(core.DoFn):
@@ -1310,6 +1313,10 @@ class _WindowedView:
             return view
 
 
+def _multimap(view_fn: Callable[[Any], Any], pairs: list) -> Any:
+    return view_fn(MultiMap(pairs))
+
+
 def _views(step: DirectStep, side_inputs: Sequence[Sequence[bytes]]) -> list:
     """The step's side-input values: each the view of all its elements (the
     global window), or a :class:`_WindowedView` where it is read per window."""
@@ -1331,6 +1338,8 @@ def _views(step: DirectStep, side_inputs: Sequence[Sequence[bytes]]) -> list:
                 for window in wv.windows:
                     by_window.setdefault(window, []).append(wv.value)
         view_fn = pickler.loads(side.view_fn)
+        if side.multimap:
+            view_fn = functools.partial(_multimap, view_fn)
         views.append(view_fn(values) if side.mapping is None
                      else _WindowedView(view_fn, pickler.loads(side.mapping), by_window))
     return views
