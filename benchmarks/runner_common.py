@@ -235,6 +235,32 @@ class _Doubled(beam.DoFn):
 _Doubled.process_batch.__annotations__ = {"batch": np.ndarray, "return": Iterator[np.ndarray]}
 
 
+def _cogbk3(p, n):
+    """Three inputs joined over 1,000 keys: n and n/2 numbers and a table of names."""
+    return ({"a": _numbers(p, n, "A") | "KeyA" >> beam.Map(lambda i: (i % 1000, 1)),
+             "b": _numbers(p, n // 2, "B") | "KeyB" >> beam.Map(lambda i: (i % 1000, 2)),
+             "names": p | "Names" >> beam.Create([(k, str(k)) for k in range(1000)])}
+            | beam.CoGroupByKey() | beam.MapTuple(lambda k, g: (k, len(g["a"]), len(g["b"]), g["names"][0])))
+
+
+def _early_panes(p, n):
+    """Hourly windows firing early every 1,000 elements, accumulating; the panes' sizes counted."""
+    from apache_beam.transforms import trigger
+
+    return (_stamped(p, n, 86_400)
+            | beam.WindowInto(window.FixedWindows(3600), trigger=trigger.AfterWatermark(early=trigger.AfterCount(1000)),
+                              accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+            | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, len(vs)))
+            | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.combiners.Count.PerElement())
+
+
+def _json_sums(p, n):
+    import json
+
+    return (_numbers(p, n) | "Dumps" >> beam.Map(lambda i: json.dumps({"k": i % 100, "v": i}))
+            | "Loads" >> beam.Map(json.loads) | "KV" >> beam.Map(lambda d: (d["k"], d["v"])) | beam.CombinePerKey(sum))
+
+
 # name -> (what it is, Beam build over n numbers)
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
@@ -320,6 +346,37 @@ CASES: dict[str, tuple[str, Callable]] = {
     "batched_dofn": ("a batched DoFn doubling numpy arrays, summed", lambda p, n: (
         _numbers(p, n) | "Typed" >> beam.Map(lambda x: x).with_output_types(np.int64) | beam.ParDo(_Doubled())
         | "Int" >> beam.Map(int) | beam.CombineGlobally(sum))),
+    "multimap_side": ("Map with an AsMultiMap side input of 3,000 values over 1,000 keys, summed", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda i, m: sum(m[i % 1000]), m=beam.pvalue.AsMultiMap(
+            p | "Side" >> beam.Create([(k % 1000, k) for k in range(3000)]))) | beam.CombineGlobally(sum))),
+    "count_per_key": ("Count.PerKey, 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda i: (i % 1000, i)) | beam.combiners.Count.PerKey())),
+    "gbk_combine_values": ("GroupByKey then CombineValues(sum), 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda i: (i % 1000, i)) | beam.GroupByKey() | beam.CombineValues(sum))),
+    "latest_per_key": ("Latest.PerKey of timestamped numbers, 1,000 keys", lambda p, n: (
+        _stamped(p, n, 86_400, lambda x: (x % 1000, x)) | beam.combiners.Latest.PerKey())),
+    "timestamp_param": ("Map reading DoFn.TimestampParam, summed", lambda p, n: (
+        _stamped(p, n, 86_400) | beam.Map(lambda kv, ts=beam.DoFn.TimestampParam: ts.micros // 1_000_000 % 10)
+        | beam.CombineGlobally(sum))),
+    "regex": ("Regex.matches over the numbers as strings, counted", lambda p, n: (
+        _numbers(p, n) | beam.Map(str) | beam.Regex.matches(r"1\d*7") | beam.combiners.Count.Globally())),
+    "json_sums": ("JSON dumped and loaded, CombinePerKey(sum), 100 keys", _json_sums),
+    "sample_per_key": ("Sample.FixedSizePerKey(3), 100 keys, the samples' sizes", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda i: (i % 100, i)) | beam.combiners.Sample.FixedSizePerKey(3)
+        | beam.MapTuple(lambda k, v: (k, len(v))))),
+    "approx_unique": ("ApproximateUnique.Globally(size=1,000) of 50,000 values", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda i: i % 50_000) | beam.ApproximateUnique.Globally(size=1000))),
+    "cogbk3": ("CoGroupByKey of three (n, n/2 numbers, 1,000 names)", _cogbk3),
+    "select_rows": ("beam.Row, Select, Filter on a field, counted", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda i: beam.Row(a=i, b=float(i) / 3, c=str(i % 10)))
+        | beam.Select(a=lambda r: r.a * 2, c=lambda r: r.c) | beam.Filter(lambda r: r.c == "3")
+        | beam.combiners.Count.Globally())),
+    "early_panes": ("GroupByKey in 1-hour windows firing early every 1,000, 100 keys", _early_panes),
+    "flatten_grouped": ("Flatten of a GroupByKey's groups (1,000 keys) and n/10 listed pairs, sizes summed per key",
+                        lambda p, n: (
+        (_numbers(p, n, "A") | "KeyA" >> beam.Map(lambda x: (x % 1000, x)) | beam.GroupByKey(),
+         _numbers(p, n // 10, "B") | "KeyB" >> beam.Map(lambda x: (x % 1000, [x])))
+        | beam.Flatten() | beam.MapTuple(lambda k, vs: (k, len(list(vs)))) | beam.CombinePerKey(sum))),
 }
 
 
