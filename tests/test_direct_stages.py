@@ -647,6 +647,27 @@ def test_a_cogroupbykeys_tagging_stages_run_on_objects_and_equal_beam(tmp_path, 
     assert any("Double" in m and "CoGroupByKey" in m for m in taken)
 
 
+def _flatten_of_a_reshuffle(p):
+    # Numbers from a Reshuffle and pairs flattened: each input's coder differs
+    # from the Flatten's, and Beam's fusion re-encodes the Reshuffle's output in
+    # a stage of its own, "Flatten/Transcode".
+    pairs = p | "Numbers" >> beam.Create(range(5)) | "Pair" >> beam.Map(lambda x: (x, "paired"))
+    spread = p | "Spread" >> beam.Create(range(3, 8)) | "Shuffle" >> beam.Reshuffle()
+    return ((pairs, spread) | beam.Flatten() | "Window" >> beam.Map(lambda e, w=beam.DoFn.WindowParam: (e, repr(w)))
+            | beam.Reshuffle())
+
+
+def test_a_flattens_transcoding_stage_runs_on_objects_and_equals_beam(tmp_path):
+    got = spark_equals_direct(_flatten_of_a_reshuffle, tmp_path)
+    assert sorted(map(repr, got)) == sorted(map(repr, [[[k, "paired"], "GlobalWindow"] for k in range(5)]
+                                                + [[k, "GlobalWindow"] for k in range(3, 8)]))
+    p = beam.Pipeline()
+    _flatten_of_a_reshuffle(p)
+    transcoding = [stage.direct is not None for stage in plan_pipeline(p.to_runner_api(), 1 << 20, 2).stages
+                   if stage.steps == ("Flatten",)]
+    assert transcoding == [True]
+
+
 def test_a_stage_reading_an_impulse_runs_on_objects(tmp_path, caplog):
     # Beam's Impulse is read from the runner's impulse buffer, not a grouping.
     def build(p):

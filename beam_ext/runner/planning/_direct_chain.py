@@ -304,8 +304,11 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
         chain = builder.line(pcoll)
     except _NotDirect:
         return None
-    # Every transform once on a line (none in a cycle or left over), some work to do.
-    if builder.visited + 1 != len(transforms) or not builder.works:
+    # Every transform once on a line (none in a cycle or left over), some work
+    # to do: a step, or elements to re-encode (Beam's fusion makes a stage of
+    # a one-input Flatten, "Flatten/Transcode", where an input's coder differs
+    # from the Flatten's).
+    if builder.visited + 1 != len(transforms) or not (builder.works or _transcodes(chain, input_coder)):
         return None
     if keyed_memory:
         # The stateful step takes the input's groups: it must be the first step of the root line.
@@ -313,6 +316,12 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
             return None
         return dataclasses.replace(chain, input_coder=input_coder, keyed_memory=keyed_memory)
     return dataclasses.replace(chain, input_coder=input_coder)
+
+
+def _transcodes(chain: DirectChain, input_coder: Any) -> bool:
+    """Whether a chain of no steps writes its input with another coder to a buffer a step reads."""
+    return (not chain.steps and not chain.branches and chain.precombine is None and chain.shuffle is None
+            and chain.output_coder is not None and chain.output_coder != input_coder)
 
 
 class _NotDirect(BeamExtError):
