@@ -44,9 +44,21 @@ class _Both(_Doubled):
         yield x * 2
 
 
+class _Ranges(beam.DoFn):
+    """Each element ``n`` as one batch of its ``n`` numbers: ``process`` yields batches."""
+
+    @beam.DoFn.yields_batches
+    def process(self, n):
+        yield np.arange(n, dtype=np.int64)
+
+    def infer_output_type(self, input_element_type):
+        return np.int64
+
+
 # Beam reads the batch types from annotations as objects; this module's are strings.
 for _fn in (_Doubled, _Sized):
     _fn.process_batch.__annotations__ = {"batch": np.ndarray, "return": Iterator[np.ndarray]}
+_Ranges.process.__annotations__ = {"n": np.int64, "return": Iterator[np.ndarray]}
 
 
 def _windowed(p, values: list[int], dofn: beam.DoFn, stamp=lambda v: v):
@@ -91,3 +103,11 @@ def test_random_batches_equal_python(tmp_path_factory, values):
     got = run_and_collect(SparkRunner(), lambda p: _windowed(p, values, _Doubled()),
                           str(tmp_path_factory.mktemp("batched")))
     assert sorted(got) == sorted([2 * v, v - v % 10] for v in values)
+
+
+def test_a_dofn_yielding_batches_from_elements_runs_on_objects_as_beam(tmp_path):
+    values = [0, 3, 5, 12, 25]
+    got = spark_equals_direct(lambda p: _windowed(p, values, _Ranges()), tmp_path)
+    # Each number in its element's window: a batch keeps its input's windowing.
+    assert sorted(got) == sorted([i, v - v % 10] for v in values for i in range(v))
+    assert _on_objects(lambda p: _windowed(p, values, _Ranges())) == [True]

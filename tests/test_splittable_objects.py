@@ -186,3 +186,38 @@ def test_a_bounded_source_read_runs_on_objects_as_beam(tmp_path):
 
     assert _splittable_on_objects(build) == [True]
     assert sorted(spark_equals_direct(build, tmp_path)) == [i * i for i in range(30)]
+
+
+class _OffsetsScaled(_Offsets):
+    """:class:`_Offsets` scaled by a side input read whole, and by a keyword one."""
+
+    def process(self, n, scales, tracker=beam.DoFn.RestrictionParam(), shift=0):
+        for row in super().process(n, 0, tracker):
+            yield row[0], row[1] * scales.get(row[0] % 3, 1) + shift
+
+
+def _scaled_offsets(p):
+    scales = p | "Scales" >> beam.Create([(0, 10), (1, 100)])
+    shift = p | "Shift" >> beam.Create([7])
+    return (p | beam.Create([3, 4, 5]) | "Offsets" >> beam.ParDo(
+        _OffsetsScaled(parts=2), beam.pvalue.AsDict(scales), shift=beam.pvalue.AsSingleton(shift)))
+
+
+def test_a_splittable_dofn_reading_side_inputs_runs_on_objects_as_beam(tmp_path):
+    got = spark_equals_direct(_scaled_offsets, tmp_path)
+    scale = {0: 10, 1: 100}
+    assert _sorted(got) == _sorted([[n, i * scale.get(n % 3, 1) + 7] for n in (3, 4, 5) for i in range(n)])
+    assert _splittable_on_objects(_scaled_offsets) == [True]
+
+
+def test_beams_read_from_csv_runs_on_objects_as_beam(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text("key,amount,name\n" + "".join(f"{i % 7},{i * 0.5},n{i % 3}\n" for i in range(2_000)))
+
+    def build(p):
+        return (p | beam.io.ReadFromCsv(str(path)) | beam.GroupBy("key").aggregate_field("amount", sum, "total")
+                | beam.Map(tuple))
+    got = spark_equals_direct(build, tmp_path)
+    assert sorted(map(tuple, got)) == [(k, sum(i * 0.5 for i in range(2_000) if i % 7 == k)) for k in range(7)]
+    # The reader (a splittable DoFn with a side input) and the rows its frames explode into, on objects.
+    assert _splittable_on_objects(build) == [True]

@@ -69,6 +69,7 @@ from apache_beam.utils import proto_utils
 
 from beam_ext.errors import BeamExtError
 from beam_ext.runner._shuffle import ShuffleWriter
+from beam_ext.runner.worker._batched import ExplodedBatches
 from beam_ext.runner.worker._branches import MAIN_TAG
 from beam_ext.runner.worker._direct import (
     AssignWindows,
@@ -324,6 +325,19 @@ def _transcodes(chain: DirectChain, input_coder: Any) -> bool:
             and chain.output_coder is not None and chain.output_coder != input_coder)
 
 
+def _explodes_batches(dofn: Any) -> bool:
+    """Whether ``dofn``'s ``process`` takes the element alone and yields batches
+    (``@beam.DoFn.yields_batches``) that its output batch converter explodes."""
+
+    if (not dofn._process_defined or dofn._process_batch_defined or not dofn._process_yields_batches
+            or getattr(dofn, "output_batch_converter", None) is None or sees_bundles(dofn)):
+        return False
+    signature, reason = _signature(dofn, batched=True)
+    method = signature.process_method if reason is None else None
+    return (method is not None and len(method.args) == 1 and not method.defaults
+            and not signature.is_stateful_dofn())
+
+
 class _NotDirect(BeamExtError):
     """A step the chain cannot run on element objects."""
 
@@ -404,7 +418,6 @@ class _LineBuilder:
     def _step(self, transform: beam_runner_api_pb2.PTransform, urn: str,
               windowing: Any) -> DirectStep | DirectCombinePhase:
         from apache_beam.internal import pickler
-        from apache_beam.transforms import sideinputs
 
         if urn in _PHASES:
             payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.CombinePayload)
@@ -426,15 +439,29 @@ class _LineBuilder:
         dofn = None if info is None else info[0]
         batched = dofn is not None and not stateful and works_on_batches(dofn)
         if batched:
+            _, args, kwargs, side_inputs, fn_windowing = info
+            if (args or kwargs or payload.side_inputs or len(transform.outputs) != 1):
+                raise _NotDirect
+            if _explodes_batches(dofn):
+                # An element in, batches out: the batches exploded into elements in the step.
+                wrapped = pickler.dumps((ExplodedBatches(dofn), (), {}, side_inputs, fn_windowing))
+                return DirectStep(transform.unique_name, wrapped, windowing.windowfn)
             # Batches of the element alone, on a line (a batched DoFn with tagged outputs keeps Beam's path).
-            _, args, kwargs, *_ = info
-            if (batched_dofn(dofn) is not None or args or kwargs or payload.side_inputs
-                    or len(transform.outputs) != 1):
+            if batched_dofn(dofn) is not None:
                 raise _NotDirect
             # Its batches close at bundle ends too, as Beam's consumer set flushes them.
             return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, bundles=True, batched=True)
         if dofn is None or (stateful_dofn(dofn, windowing) if stateful else simple_dofn(dofn)) is not None:
             raise _NotDirect
+        return DirectStep(transform.unique_name, dofn_data, windowing.windowfn,
+                          self._side_inputs(transform, payload, windowing, stateful),
+                          tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn), stateful=stateful)
+
+    def _side_inputs(self, transform: beam_runner_api_pb2.PTransform, payload: beam_runner_api_pb2.ParDoPayload,
+                     windowing: Any, stateful: bool) -> tuple[DirectSideInput, ...]:
+        """The step's side inputs, each read whole or per window."""
+        from apache_beam.transforms import sideinputs
+
         views = []
         windowed = not isinstance(windowing.windowfn, GlobalWindows)
         for tag in sorted(payload.side_inputs, key=sideinputs.get_sideinput_index):
@@ -455,8 +482,7 @@ class _LineBuilder:
             views.append(DirectSideInput(index, proto.view_fn.payload, coder,
                                          None if whole else proto.window_mapping_fn.payload,
                                          proto.access_pattern.urn == common_urns.side_inputs.MULTIMAP.urn))
-        return DirectStep(transform.unique_name, dofn_data, windowing.windowfn, tuple(views),
-                          tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn), stateful=stateful)
+        return tuple(views)
 
     def _splittable_step(self, transform: beam_runner_api_pb2.PTransform,
                          payload: beam_runner_api_pb2.ParDoPayload, windowing: Any) -> DirectStep:
@@ -465,7 +491,7 @@ class _LineBuilder:
         :class:`~beam_ext.runner.worker._splittable.SizedRestrictions`."""
         from apache_beam.internal import pickler
 
-        if self.works or payload.side_inputs or payload.requests_finalization:
+        if self.works or payload.requests_finalization:
             raise _NotDirect
         _, info = _dofn_info(payload)
         if info is None:
@@ -473,8 +499,12 @@ class _LineBuilder:
         dofn, args, kwargs, side_inputs, fn_windowing = info
         if splittable_dofn(dofn) is not None:
             raise _NotDirect
+        # Side inputs read whole: their views fill the DoFn's own arguments (SizedRestrictions.with_arguments).
+        views = self._side_inputs(transform, payload, windowing, stateful=False)
+        if any(view.mapping is not None for view in views):
+            raise _NotDirect
         wrapped = pickler.dumps((sized_restrictions(dofn, args, kwargs), (), {}, side_inputs, fn_windowing))
-        return DirectStep(transform.unique_name, wrapped, windowing.windowfn,
+        return DirectStep(transform.unique_name, wrapped, windowing.windowfn, views,
                           tagged=len(transform.outputs) > 1, bundles=sees_bundles(dofn))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from apache_beam.runners.worker.operations import GeneralPurposeConsumerSet
+from apache_beam.transforms import core
 
 from beam_ext.runner._element_batches import BATCH, BUNDLE_END, Marker, Same
 
@@ -96,3 +97,37 @@ def run_batched(dofn: Any, enter: Callable[[], None], failed: Callable[[], Excep
         for wv in batch:
             yield from add(wv.with_value(None), [wv.value])
     yield from flush()
+
+
+class ExplodedBatches(core.DoFn):
+    """A ``DoFn`` whose ``process`` takes an element and yields batches
+    (``@beam.DoFn.yields_batches``, as Beam's DataFrame API turns frames into
+    rows), as a ``DoFn`` of elements: each batch exploded by the ``DoFn``'s
+    output batch converter, each element in the input's windowing, as Beam's
+    consumer set explodes a batch for the element-wise step after it.
+
+    >>> import numpy as np, apache_beam as beam
+    >>> from apache_beam.typehints.batch import BatchConverter
+    >>> class Ranges(beam.DoFn):
+    ...     @beam.DoFn.yields_batches
+    ...     def process(self, n):
+    ...         yield np.arange(n)
+    >>> fn = Ranges()
+    >>> fn.output_batch_converter = BatchConverter.from_typehints(element_type=np.int64, batch_type=np.ndarray)
+    >>> [int(x) for x in ExplodedBatches(fn).process(3)]
+    [0, 1, 2]
+    """
+
+    def __init__(self, dofn: core.DoFn) -> None:
+        self.dofn = dofn
+
+    def setup(self) -> None:
+        self.dofn.setup()
+
+    def process(self, element: Any) -> Iterator[Any]:
+        explode = self.dofn.output_batch_converter.explode_batch
+        for batch in self.dofn.process(element) or ():
+            yield from explode(batch)
+
+    def teardown(self) -> None:
+        self.dofn.teardown()

@@ -1459,9 +1459,16 @@ class _ChainRun:
         """The step's DoFn and its extra arguments, its side inputs' views in place."""
         from apache_beam.internal.util import insert_values_in_args
 
+        from beam_ext.runner.worker._splittable import SizedRestrictions
+
         dofn, args, kwargs, _, _ = info
         if step.side_inputs:
-            args, kwargs = insert_values_in_args(args, kwargs, _views(step, self.side_inputs))
+            views = _views(step, self.side_inputs)
+            if isinstance(dofn, SizedRestrictions):
+                # A splittable DoFn's side inputs are among its own arguments, which its wrapper holds.
+                dofn = dofn.with_arguments(*insert_values_in_args(dofn.args, dofn.kwargs, views))
+            else:
+                args, kwargs = insert_values_in_args(args, kwargs, views)
         return dofn, args, kwargs
 
     def _stateful(self, step: DirectStep, dofn: Any, args: Any, kwargs: Any, state: _State, needs_setup: bool,

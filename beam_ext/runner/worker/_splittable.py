@@ -59,6 +59,11 @@ class SizedRestrictions(core.DoFn):
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_call": None}  # bound on the worker, per process
 
+    def with_arguments(self, args: tuple, kwargs: dict) -> SizedRestrictions:
+        """A wrapper of the same ``DoFn`` instance (set up and torn down once, as
+        the pool decides) with other extra arguments: a task's side-input views in place."""
+        return type(self)(self.dofn, args, kwargs)
+
     def _bind(self) -> Callable:
         from apache_beam.runners.common import DoFnSignature
 
