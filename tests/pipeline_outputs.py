@@ -29,14 +29,14 @@ def run_and_collect(runner: Any, build: Callable[[beam.Pipeline], beam.PCollecti
     return sorted(lines, key=lambda x: json.dumps(x, sort_keys=True))
 
 
-def planned_on_objects(build: Callable[[beam.Pipeline], Any], step: str) -> list[bool]:
+def planned_on_objects(build: Callable[[beam.Pipeline], Any], step: str, streaming: bool = False) -> list[bool]:
     """Of each stage SparkRunner plans for ``build`` with a step whose name
     holds ``step``: whether it runs on element objects."""
     from beam_ext.runner.planning import plan_pipeline
 
     p = beam.Pipeline()
     build(p)
-    plan = plan_pipeline(p.to_runner_api(), 1 << 20, 2)
+    plan = plan_pipeline(p.to_runner_api(), 1 << 20, 2, streaming=streaming)
     return [stage.direct is not None for stage in plan.stages if any(step in s for s in stage.steps)]
 
 

@@ -44,7 +44,7 @@ class Progress:
     output_watermarks: dict[str, Timestamp] = dataclasses.field(default_factory=dict)  # owner ->
     summaries: dict[str, Any] = dataclasses.field(default_factory=dict)  # owner -> TaskSummary
     state_versions: dict[str, int] = dataclasses.field(default_factory=dict)  # owner -> batch
-    side_inputs: dict[int, dict] = dataclasses.field(default_factory=dict)  # stage -> broadcast
+    side_inputs: dict[int, dict | list] = dataclasses.field(default_factory=dict)  # stage -> what it broadcasts
     monitoring: dict[str, list[bytes]] = dataclasses.field(default_factory=dict)  # stage -> serialized infos
 
     def successor(self) -> Progress:

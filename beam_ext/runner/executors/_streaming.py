@@ -47,7 +47,7 @@ from beam_ext.runner.executors._side_inputs import SideInputState, side_input_st
 from beam_ext.runner.executors._watermarks import make_watermarks
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.state import _versioned as versioned
-from beam_ext.runner.worker._streaming import BatchContext, TaskSummary, run_streaming_partition
+from beam_ext.runner.worker._streaming import BatchContext, TaskSummary, run_streaming_chain, run_streaming_partition
 from beam_ext.runner.worker._streaming_group import run_streaming_group
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -56,6 +56,11 @@ _LOG = logging.getLogger("beam_ext.runner")
 def _stage_task(spec, broadcast, context, report, partition, records):
     return run_streaming_partition(spec, broadcast.value if broadcast is not None else None,
                                    context, report, partition, records)
+
+
+def _chain_task(chain, setup, bundle_bytes: int, broadcast, report, partition, records):
+    return run_streaming_chain(chain, setup, bundle_bytes, broadcast.value if broadcast is not None else None,
+                               report, partition, records)
 
 
 def _group_task(group, context, previous_output, report, partition, records):
@@ -419,9 +424,14 @@ class StreamingExecutor(BatchExecutor):
             previous_watermark=self.progress.input_watermark(owner),
             watermark=watermark, processing_time=now)
         records = self._streaming_input(stage, owner, progress)
+        if stage.direct is not None:
+            _LOG.debug("stage %s runs its steps on element objects", stage.label)
+            task = functools.partial(_chain_task, stage.direct, stage.spec.worker_setup, stage.spec.bundle_bytes,
+                                     broadcast)
+        else:
+            task = functools.partial(_stage_task, stage.spec, broadcast, context)
         out = records.mapPartitionsWithIndex(self._watermarks.task(
-            owner, functools.partial(_stage_task, stage.spec, broadcast, context),
-            self._reporter(progress.batch, owner), progress))
+            owner, task, self._reporter(progress.batch, owner), progress))
         self._launch(_Pending(owner, stage.name, out, stage.steps,
                               {i: b for i, b in enumerate(stage.outputs)}, stage.source_pcolls))
         if stage.keeps_state:
@@ -477,7 +487,8 @@ class StreamingExecutor(BatchExecutor):
     def _streaming_side_inputs(self, number: int, stage: PlannedStage, progress: Progress):
         if not stage.side_inputs:
             return None
-        broadcast = self._sc.broadcast(SideInputState.sealed(self._side_input_state(number, stage, progress)))
+        state = self._side_input_state(number, stage, progress)
+        broadcast = self._sc.broadcast(state if stage.direct is not None else SideInputState.sealed(state))
         self._broadcasts.append(broadcast)
         return broadcast
 
@@ -493,10 +504,13 @@ class StreamingExecutor(BatchExecutor):
                     for spec in stage.side_inputs):
                 self._side_input_state(number, stage, progress)
 
-    def _side_input_state(self, number: int, stage: PlannedStage, progress: Progress) -> dict:
+    def _side_input_state(self, number: int, stage: PlannedStage, progress: Progress) -> dict | list:
+        """The stage's side inputs, once they are complete: the encoded chunks
+        of each, by index, for a stage on element objects; the Fn API state
+        entries of all, for Beam's bundle processor."""
         state = progress.side_inputs.get(number)
         if state is None:
-            state = {}
+            state = [] if stage.direct is not None else {}
             for spec in stage.side_inputs:
                 if self._produced_watermark(spec.buffer, progress) < MAX_TIMESTAMP:
                     raise NotImplementedError(
@@ -505,7 +519,10 @@ class StreamingExecutor(BatchExecutor):
                 with translate_spark_error(stage.steps):
                     chunks = super()._read(spec.buffer).collect() if self._has_input(spec.buffer) else []
                 chunks = [c for c in chunks if isinstance(c, bytes)]  # without tracker markers
-                state.update(side_input_state(spec, chunks))
+                if stage.direct is not None:
+                    state.append(chunks)
+                else:
+                    state.update(side_input_state(spec, chunks))
             progress.side_inputs[number] = state
         return state
 

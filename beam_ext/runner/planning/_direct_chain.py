@@ -88,8 +88,12 @@ _PRECOMBINE = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
 _ASSIGN_WINDOWS = common_urns.primitives.ASSIGN_WINDOWS.urn
 _SDF_PROCESS = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 # A combine's steps after its GroupByKey, by Beam's name of their phase.
+# Beam's combine phases after a grouping, by urn, as its bundle processor
+# names them; "all" is an unlifted CombinePerKey's whole combine (a trigger
+# Beam does not lift, or an output time a streaming lift would change).
 _PHASES = {common_urns.combine_components.COMBINE_PER_KEY_MERGE_ACCUMULATORS.urn: "merge",
-           common_urns.combine_components.COMBINE_PER_KEY_EXTRACT_OUTPUTS.urn: "extract"}
+           common_urns.combine_components.COMBINE_PER_KEY_EXTRACT_OUTPUTS.urn: "extract",
+           common_urns.combine_components.COMBINE_GROUPED_VALUES.urn: "all"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -245,9 +245,14 @@ class StagePlanner:
         # A stateful stage runs on objects a key at a time, its state held in
         # memory for that key alone: with the in-memory state backend, which
         # holds every key's (with the spill backend, Beam's bundle processor
-        # and its state servicer keep the user's choice).
-        if (not self.streaming and len(inputs) == 1
-                and (planned.keyed and self.state[0] == "memory" or not planned.keyed and not stage.timers)):
+        # and its state servicer keep the user's choice). In streaming only a
+        # stage that keeps nothing between micro-batches does (no state, no
+        # timers, no SDF residuals): the rest is the streaming task worker's.
+        if self.streaming:
+            on_objects = not planned.keeps_state
+        else:
+            on_objects = planned.keyed and self.state[0] == "memory" or not planned.keyed and not stage.timers
+        if len(inputs) == 1 and on_objects:
             planned.direct = self._direct_chain(stage, input_coders[0], output_ids, outputs, output_pcolls,
                                                 side_inputs, keyed=planned.keyed)
         return planned

@@ -144,9 +144,10 @@ class DirectStep:
 
 @dataclasses.dataclass(frozen=True)
 class DirectCombinePhase:
-    """A step of a lifted combine after its GroupByKey: merge a key's
-    accumulators or extract its output (``phase``: Beam's ``merge`` or
-    ``extract``), with pickled ``(CombineFn, args, kwargs)``."""
+    """A step of a combine after its GroupByKey: merge a key's accumulators
+    or extract its output, for a lifted combine, or combine a key's values
+    whole (``phase``: Beam's ``merge``, ``extract`` or ``all``), with pickled
+    ``(CombineFn, args, kwargs)``."""
 
     name: str
     combine_fn: bytes
@@ -1352,10 +1353,11 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
     ``WindowedValue``, or :class:`Same`): elements, batches of them if
     ``batches_out``, or ``(target partition, blob)`` pairs if it feeds a
     GroupByKey. A chain that forks yields what each of its ends does, with
-    encoded chunks in place of elements, each as ``(output index, item)``
-    if ``indexed``. ``side_inputs``: the encoded chunks of the stage's side
-    inputs, by index. Appends the task's serialized monitoring infos (user
-    metrics per step) to ``report`` at the end."""
+    encoded chunks in place of elements; with ``indexed`` any chain does,
+    each item as ``(output index, item)``. ``side_inputs``: the encoded
+    chunks of the stage's side inputs, by index. Appends the task's
+    serialized monitoring infos (user metrics per step) to ``report`` at the
+    end."""
     from apache_beam.runners.worker import statesampler
 
     if setup is not None:
@@ -1364,8 +1366,8 @@ def run_direct_chain(chain: DirectChain, setup: WorkerSetup | None, batches: Ite
     previous = statesampler.get_current_tracker()
     try:
         batches = run.line(chain, batches, root=True)
-        if chain.branches:
-            yield from run.forked(chain, batches, "")
+        if chain.branches or indexed:
+            yield from run.ended(chain, batches, "")
         elif chain.shuffle is not None:
             yield from _shuffled(chain, _last_step(chain, ""), batches, run.pair_keys.get(id(chain)))
         elif batches_out:

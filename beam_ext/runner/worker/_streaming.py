@@ -29,6 +29,8 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Duration, 
 
 from beam_ext.runner.state import _versioned as versioned
 from beam_ext.runner.state._versioned_spill import PartitionSpillState, open_partition_state, version_files
+from beam_ext.runner.worker._direct import DirectChain, decoded_batches, run_direct_chain
+from beam_ext.runner.worker._setup import WorkerSetup
 from beam_ext.runner.worker._task import StageSpec, _bundles, _TaskWorker
 
 ReportFn = Callable[[int, "TaskSummary"], None]  # (partition, summary) -> sent to the driver
@@ -213,6 +215,27 @@ def run_streaming_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] 
         worker.completed = True
     finally:
         worker.close()
+
+
+def run_streaming_chain(chain: DirectChain, setup: WorkerSetup | None, bundle_bytes: int,
+                        side_inputs: list[list[bytes]] | None, report: ReportFn, partition: int,
+                        records: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
+    """Runs a stage that keeps nothing between micro-batches on element
+    objects (:mod:`._direct`), as the batch executor runs it.
+
+    Yields what :func:`run_streaming_partition` does: ``(output index,
+    encoded chunk)``, or ``(output index, (target partition, blob))`` for a
+    GroupByKey's input. Its summary holds no watermark back and names no
+    due work; the task's metrics go with it to ``report``.
+    """
+    metrics: list[bytes] = []
+    output_bytes: dict[int, int] = {}
+    batches = decoded_batches(chain.input_coder, bundle_bytes, (chunk for _, chunk in records),
+                              bundles=chain.sees_bundles())
+    for index, data in run_direct_chain(chain, setup, batches, metrics, side_inputs or (), indexed=True):
+        output_bytes[index] = output_bytes.get(index, 0) + (len(data) if isinstance(data, bytes) else len(data[1]))
+        yield index, data
+    report(partition, TaskSummary(output_bytes=output_bytes, metrics=metrics))
 
 
 def _open_spill(spec: StageSpec, side_inputs: Mapping[bytes, bytes], context: BatchContext, partition: int,
