@@ -9,8 +9,13 @@ and on Beam's DirectRunner, alternating; every run writes its output, and
 the two runners' outputs are compared line by line. Writes
 docs/benchmarks/runner_common.md and runner_common.png.
 
+With ``--streaming`` both runners run the same pipelines in streaming mode
+(SparkRunner's micro-batches, DirectRunner's streaming engine), and the
+report is runner_common_streaming.md and .png.
+
     python benchmarks/runner_common.py                         # 1M numbers each
     python benchmarks/runner_common.py --size 100000 --cases cogbk,partition --out /tmp/report
+    python benchmarks/runner_common.py --streaming --size 100000 --cases tagged,window_shares
 """
 from __future__ import annotations
 
@@ -399,10 +404,12 @@ CASES: dict[str, tuple[str, Callable]] = {
 }
 
 
-def _run(runner, build: Callable, n: int, out: str) -> tuple[float, list[str]]:
+def _run(runner, build: Callable, n: int, out: str, streaming: bool = False) -> tuple[float, list[str]]:
     """One run's seconds, and its output's lines, sorted."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     start = time.perf_counter()
-    with beam.Pipeline(runner=runner) as p:
+    with beam.Pipeline(runner=runner, options=PipelineOptions(["--streaming"] if streaming else [])) as p:
         build(p, n) | "Repr" >> beam.Map(repr) | "Write" >> beam.io.WriteToText(out, num_shards=1)
     seconds = time.perf_counter() - start
     lines: list[str] = []
@@ -412,7 +419,7 @@ def _run(runner, build: Callable, n: int, out: str) -> tuple[float, list[str]]:
     return seconds, sorted(lines)
 
 
-def run(names: list[str], n: int, runs: int) -> list[dict]:
+def run(names: list[str], n: int, runs: int, streaming: bool = False) -> list[dict]:
     from spark_settings import local_session
 
     from beam_ext.runner import SparkRunner
@@ -423,12 +430,13 @@ def run(names: list[str], n: int, runs: int) -> list[dict]:
     try:
         for name in names:
             label, build = CASES[name]
-            _run(SparkRunner(), build, n, os.path.join(tmp, f"{name}_warm"))
+            _run(SparkRunner(), build, n, os.path.join(tmp, f"{name}_warm"), streaming)
             times: dict[str, list[float]] = {"spark": [], "direct": []}
             outputs: dict[str, list[str]] = {}
             for i in range(runs):
                 for engine, runner in (("spark", SparkRunner()), ("direct", beam.runners.DirectRunner())):
-                    seconds, outputs[engine] = _run(runner, build, n, os.path.join(tmp, f"{name}_{engine}_{i}"))
+                    seconds, outputs[engine] = _run(runner, build, n, os.path.join(tmp, f"{name}_{engine}_{i}"),
+                                                    streaming)
                     times[engine].append(seconds)
             row = dict(name=name, label=label, spark=statistics.median(times["spark"]),
                        direct=statistics.median(times["direct"]), same=outputs["spark"] == outputs["direct"])
@@ -440,7 +448,7 @@ def run(names: list[str], n: int, runs: int) -> list[dict]:
     return rows
 
 
-def write_report(rows: list[dict], out_dir: str, n: int, runs: int, command: str) -> None:
+def write_report(rows: list[dict], out_dir: str, n: int, runs: int, command: str, streaming: bool = False) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -453,18 +461,21 @@ def write_report(rows: list[dict], out_dir: str, n: int, runs: int, command: str
     ax.axvline(TARGET_VS_DIRECT, color="grey", linestyle="--", label=f"target {TARGET_VS_DIRECT:.0f}x")
     ax.invert_yaxis()
     ax.set_xlabel("SparkRunner speed-up over DirectRunner (its time / ours)")
-    ax.set_title(f"common pipelines, {n:,} numbers, 2 cores")
+    mode = ", streaming" if streaming else ""
+    name = "runner_common_streaming" if streaming else "runner_common"
+    ax.set_title(f"common pipelines{mode}, {n:,} numbers, 2 cores")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(os.path.join(out_dir, "runner_common.png"), dpi=110)
+    fig.savefig(os.path.join(out_dir, f"{name}.png"), dpi=110)
     lines = [
-        "# Common pipelines: SparkRunner against DirectRunner",
+        f"# Common pipelines{' in streaming' if streaming else ''}: SparkRunner against DirectRunner",
         "",
         f"Reproduce: `{command}`",
         "",
         f"Each pipeline over {n:,} generated numbers, on SparkRunner (local[2], warm session) and on "
-        f"Beam's DirectRunner, alternating, median of {runs} run(s) each; every run writes its output, "
-        "and the two runners' outputs are compared line by line. Machine: 2 cores.",
+        f"Beam's DirectRunner{', both in streaming mode' if streaming else ''}, alternating, median of {runs} "
+        "run(s) each; every run writes its output, and the two runners' outputs are compared line by line. "
+        "Machine: 2 cores.",
         "",
         "| pipeline | what | SparkRunner | DirectRunner | SparkRunner / DirectRunner | same output |",
         "|---|---|---:|---:|---:|---|",
@@ -474,8 +485,8 @@ def write_report(rows: list[dict], out_dir: str, n: int, runs: int, command: str
                      f"{ratio:.2f}x | {'yes' if row['same'] else '**no**'} |")
     short = [row["name"] for row, ratio in zip(rows, ratios) if ratio < TARGET_VS_DIRECT]
     lines += ["", f"Below {TARGET_VS_DIRECT:.0f}x DirectRunner: {', '.join(short) or 'none'}.", "",
-              "![common pipelines](runner_common.png)", ""]
-    with open(os.path.join(out_dir, "runner_common.md"), "w") as f:
+              f"![common pipelines]({name}.png)", ""]
+    with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write("\n".join(lines))
 
 
@@ -484,19 +495,20 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
+    parser.add_argument("--streaming", action="store_true", help="run both runners in streaming mode")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks"))
     args = parser.parse_args()
     names = args.cases.split(",")
     for name in names:
         if name not in CASES:
             parser.error(f"unknown case {name!r}; known: {', '.join(CASES)}")
-    rows = run(names, args.size, args.runs)
-    command = "python benchmarks/runner_common.py" + "".join(
+    rows = run(names, args.size, args.runs, args.streaming)
+    command = "python benchmarks/runner_common.py" + " --streaming" * args.streaming + "".join(
         f" --{flag} {value}" for flag, value, default in (
             ("size", args.size, 1_000_000), ("runs", args.runs, 1), ("cases", args.cases, ",".join(CASES)))
         if value != default)
-    write_report(rows, args.out, args.size, args.runs, command)
-    print(f"report: {os.path.join(args.out, 'runner_common.md')}")
+    write_report(rows, args.out, args.size, args.runs, command, args.streaming)
+    print(f"report: {os.path.join(args.out, 'runner_common_streaming.md' if args.streaming else 'runner_common.md')}")
 
 
 if __name__ == "__main__":

@@ -134,3 +134,26 @@ def test_stateless_stage_metrics_count_every_element(spark, tmp_path):
     assert (dist.committed.count, dist.committed.sum, dist.committed.min, dist.committed.max) == (12, 66, 0, 11)
     assert sorted(read_lines(path)) == list(range(12))
     assert planned_on_objects(build, "Seen", streaming=True) == [True]
+
+
+def test_cogroupbykey_relay_stage_runs_on_objects(spark, tmp_path):
+    """In streaming, a CoGroupByKey's Flatten is a stage that only reads the
+    tagged inputs back and writes the grouping's shuffle: on objects too."""
+    events = [("elements", [("a", 1, 1), ("b", 2, 12), ("a", 3, 4)]), ("watermark", 11),
+              ("elements", [("a", 4, 15), ("b", 5, 3)]),  # 5 comes late, past no lateness: dropped
+              ("elements", [("b", 6, 19)])]
+
+    def build(p):
+        read = p | _test_stream(events)
+        left = read | "Left" >> beam.WindowInto(window.FixedWindows(10))
+        right = (read | "Negate" >> beam.Map(lambda kv: (kv[0], -kv[1]))
+                 | "Right" >> beam.WindowInto(window.FixedWindows(10)))
+        return ({"l": left, "r": right} | beam.CoGroupByKey()
+                | "Rows" >> beam.MapTuple(lambda k, g, w=beam.DoFn.WindowParam:
+                                          [k, sorted(g["l"]), sorted(g["r"]), str(w)]))
+
+    out = streaming_equals_direct(build, tmp_path)
+    assert sorted(out) == [["a", [1, 3], [-3, -1], "[0.0, 10.0)"], ["a", [4], [-4], "[10.0, 20.0)"],
+                           ["b", [2, 6], [-6, -2], "[10.0, 20.0)"]]
+    # Both tagging stages, the Flatten's relay and the stage after the grouping.
+    assert planned_on_objects(build, "CoGroupByKey", streaming=True) == [True] * 4

@@ -310,10 +310,12 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
     except _NotDirect:
         return None
     # Every transform once on a line (none in a cycle or left over), some work
-    # to do: a step, or elements to re-encode (Beam's fusion makes a stage of
-    # a one-input Flatten, "Flatten/Transcode", where an input's coder differs
-    # from the Flatten's).
-    if builder.visited + 1 != len(transforms) or not (builder.works or _transcodes(chain, input_coder)):
+    # to do: a step, elements to re-encode (Beam's fusion makes a stage of a
+    # one-input Flatten, "Flatten/Transcode", where an input's coder differs
+    # from the Flatten's), or to write to a GroupByKey's shuffle (a Flatten's
+    # buffer read back for its grouping, in streaming).
+    if builder.visited + 1 != len(transforms) or not (
+            builder.works or _transcodes(chain, input_coder) or _shuffles_as_read(chain)):
         return None
     if keyed_memory:
         # The stateful step takes the input's groups: it must be the first step of the root line.
@@ -327,6 +329,11 @@ def _transcodes(chain: DirectChain, input_coder: Any) -> bool:
     """Whether a chain of no steps writes its input with another coder to a buffer a step reads."""
     return (not chain.steps and not chain.branches and chain.precombine is None and chain.shuffle is None
             and chain.output_coder is not None and chain.output_coder != input_coder)
+
+
+def _shuffles_as_read(chain: DirectChain) -> bool:
+    """Whether a chain of no steps writes its input to a GroupByKey's shuffle."""
+    return not chain.steps and not chain.branches and chain.precombine is None and chain.shuffle is not None
 
 
 def _explodes_batches(dofn: Any) -> bool:
