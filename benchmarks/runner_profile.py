@@ -17,6 +17,7 @@ encoding of it (``to_runner_api``), planning, the Spark jobs, and the rest.
     python benchmarks/runner_profile.py --quick    # smoke run
     python benchmarks/runner_profile.py --only SlidingAggregate --top 30   # one pipeline, its costliest functions
     python benchmarks/runner_profile.py --common tagged,partition --top 20  # pipelines of runner_common.py
+    python benchmarks/runner_profile.py --common cogbk --streaming --top 20  # the same, in streaming mode
 """
 from __future__ import annotations
 
@@ -163,14 +164,16 @@ def _last_job(sc) -> int:
     return max(ids) if ids else -1
 
 
-def profile(name: str, build, spark, out: dict, top: int = 0) -> None:
+def profile(name: str, build, spark, out: dict, top: int = 0, streaming: bool = False) -> None:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     from beam_ext.runner import SparkRunner
 
     sc = spark.sparkContext
 
     def run() -> float:
         start = time.perf_counter()
-        with beam.Pipeline(runner=SparkRunner()) as p:
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"] * streaming)) as p:
             build(p)
         return time.perf_counter() - start
 
@@ -285,8 +288,10 @@ def _timed_calls(targets: list[tuple[object, str, str]]):
 PHASES = ("build (Beam's apply)", "Beam's encoding (to_runner_api)", "planning", "Spark jobs", "rest")
 
 
-def _timed_run(build, spark) -> tuple[float, dict[str, float]]:
+def _timed_run(build, spark, streaming: bool = False) -> tuple[float, dict[str, float]]:
     """One run's wall and its phases (:data:`PHASES`)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
     from beam_ext.runner import SparkRunner, spark_runner
 
     sc = spark.sparkContext
@@ -294,7 +299,7 @@ def _timed_run(build, spark) -> tuple[float, dict[str, float]]:
     with _timed_calls([(beam.Pipeline, "to_runner_api", PHASES[1]),
                        (spark_runner, "plan_pipeline", PHASES[2])]) as spent:
         start = time.perf_counter()
-        p = beam.Pipeline(runner=SparkRunner())
+        p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"] * streaming))
         build(p)
         built = time.perf_counter()
         p.run().wait_until_finish()
@@ -367,7 +372,7 @@ def write_report(results: dict, walls: dict[str, dict], out_dir: str, quick: boo
         json.dump(dict(results=results, walls=walls), f, indent=1)
 
 
-def profile_common(names: list[str], size: int, top: int) -> None:
+def profile_common(names: list[str], size: int, top: int, streaming: bool = False) -> None:
     """Profiles pipelines of ``runner_common.py`` by name, each over ``size`` numbers."""
     import runner_common
 
@@ -380,7 +385,7 @@ def profile_common(names: list[str], size: int, top: int) -> None:
     try:
         for name in names:
             _, build = runner_common.CASES[name]
-            runs = [_timed_run(lambda p, build=build: build(p, size), spark) for _ in range(4)][1:]
+            runs = [_timed_run(lambda p, build=build: build(p, size), spark, streaming) for _ in range(4)][1:]
             wall, phases = sorted(runs, key=lambda run: run[0])[1]  # the median of three warm runs
             walls[name] = dict(wall=wall, phases=phases)
     finally:
@@ -389,7 +394,7 @@ def profile_common(names: list[str], size: int, top: int) -> None:
     try:
         for name in names:
             _, build = runner_common.CASES[name]
-            profile(name, lambda p, build=build: build(p, size), spark, {}, top)
+            profile(name, lambda p, build=build: build(p, size), spark, {}, top, streaming)
             print("  " + _phases_line(walls[name]))
     finally:
         spark.stop()
@@ -404,9 +409,10 @@ def main() -> None:
     parser.add_argument("--common", help="profile these pipelines of runner_common.py (comma-separated, "
                                          "over --size numbers) instead; writes no report")
     parser.add_argument("--size", type=int, default=1_000_000, help="with --common: numbers per pipeline")
+    parser.add_argument("--streaming", action="store_true", help="with --common: run them in streaming mode")
     args = parser.parse_args()
     if args.common:
-        profile_common(args.common.split(","), args.size, args.top)
+        profile_common(args.common.split(","), args.size, args.top, args.streaming)
         return
     walls = unprofiled_walls(args.quick, args.only)
     spark = _session(True)
