@@ -3,10 +3,12 @@
 This is the Python DirectRunner's streaming GroupAlsoByWindow
 (``_StreamingGroupAlsoByWindowEvaluator``) inside a Spark task: one
 ``InMemoryUnmergedState`` per key, Beam's ``GeneralTriggerDriver`` deciding
-panes, elements processed under the input watermark the group had before
-this batch, then timers (end of window, garbage collection, processing-time
-triggers) fired under the new one. The per-key states of a partition are
-saved as one version per batch, like a stage's (:mod:`._streaming`).
+panes (under the default trigger, the same driver doing its per-element
+work once per window: :mod:`._default_trigger`), elements processed under
+the input watermark the group had before this batch, then timers (end of
+window, garbage collection, processing-time triggers) fired under the new
+one. The per-key states of a partition are saved as one version per batch,
+like a stage's (:mod:`._streaming`).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Timesta
 
 from beam_ext.runner._shuffle import unpack
 from beam_ext.runner.state import _versioned as versioned
+from beam_ext.runner.worker._default_trigger import trigger_driver
 from beam_ext.runner.worker._streaming import BatchContext, ReportFn, TaskSummary
 
 _CHUNK_BYTES = 4 << 20
@@ -59,7 +62,7 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
     saved = versioned.read(context.state_root, context.owner, partition, context.read_version) \
         if context.read_version is not None else None
     states = {key: _thaw(frozen) for key, frozen in (saved or {}).items()}
-    driver = trigger.create_trigger_driver(group.windowing, clock=_BatchClock(context.processing_time))
+    driver = trigger_driver(group.windowing, _BatchClock(context.processing_time))
     pre_impl = group.pre_coder.get_impl()
     key_impl = group.pre_coder.wrapped_value_coder.key_coder().get_impl()
     out_impl = group.post_coder.get_impl()

@@ -1,0 +1,75 @@
+"""Beam's trigger driver, with the default trigger's per-element work done once per window.
+
+A streaming GroupByKey runs Beam's ``GeneralTriggerDriver`` for every key
+(:mod:`._streaming_group`). For each element it adds the value to the
+window's state and calls the trigger's ``on_element``. Under Beam's default
+trigger (``DefaultTrigger``: fire when the watermark passes the window's
+end) ``on_element`` only sets that window's end-of-window timer, the same
+timer for every element of the window, through two layers of state
+adapters: most of the driver's time on a grouping of many small elements.
+
+:class:`DefaultTriggerDriver` is the same driver, for the default trigger
+in windows that do not merge, with three changes that leave its state,
+timers and panes as Beam's:
+
+* ``on_element`` is called once per window of a call, after its elements
+  are added, instead of once per element (it sets one timer to one time);
+* whether a window has expired is computed once per window, not per element;
+* the merging of windows, a no-op for a window function that does not
+  merge, is skipped.
+
+Everything else (watermark holds, tombstones, firing, panes, timers) is
+Beam's own code. ``tests/test_default_trigger_driver.py`` compares the two
+drivers' panes and states on random inputs.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any, Iterable, Iterator
+
+from apache_beam.transforms import trigger
+from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
+
+
+def trigger_driver(windowing: Any, clock: Any) -> trigger.TriggerDriver:
+    """The driver a streaming GroupByKey runs: :class:`DefaultTriggerDriver`
+    where it applies, else Beam's (``trigger.create_trigger_driver``)."""
+    if windowing.triggerfn == trigger.DefaultTrigger() and not windowing.windowfn.is_merging():
+        return DefaultTriggerDriver(windowing, clock)
+    return trigger.create_trigger_driver(windowing, clock=clock)
+
+
+class DefaultTriggerDriver(trigger.GeneralTriggerDriver):
+    """Beam's ``GeneralTriggerDriver`` for the default trigger in non-merging windows (see the module)."""
+
+    def process_elements(self, state: Any, windowed_values: Iterable[Any], output_watermark: Timestamp,
+                         input_watermark: Timestamp = MIN_TIMESTAMP) -> Iterator[Any]:
+        state = trigger.MergeableStateAdapter(state)
+        lateness = self.allowed_lateness
+        expired: dict[Any, bool] = {}
+        windows_to_elements: dict[Any, list] = collections.defaultdict(list)
+        for wv in windowed_values:
+            for window in wv.windows:
+                gone = expired.get(window)
+                if gone is None:
+                    gone = expired[window] = input_watermark > window.end + lateness
+                if not gone:
+                    windows_to_elements[window].append((wv.value, wv.timestamp))
+        combiner = self.timestamp_combiner_impl
+        add = state.add_state
+        for window, elements in windows_to_elements.items():
+            if state.get_state(window, self.TOMBSTONE):
+                continue
+            output_time = combiner.merge(window, (
+                output for output in (combiner.assign_output_time(window, timestamp) for _, timestamp in elements)
+                if output >= output_watermark))
+            if output_time is not None:
+                add(window, self.WATERMARK_HOLD, output_time)
+            context = state.at(window, self.clock)
+            for value, _ in elements:
+                add(window, self.ELEMENTS, value)
+            self.trigger_fn.on_element(elements[-1][0], window, context)
+            if self.trigger_fn.should_fire(TimeDomain.WATERMARK, input_watermark, window, context):
+                finished = self.trigger_fn.on_fire(input_watermark, window, context)
+                yield self._output(window, finished, state, output_watermark, False)

@@ -1,0 +1,112 @@
+"""The default trigger's driver gives Beam's GeneralTriggerDriver's panes and state, call by call.
+
+Both drivers run the same micro-batches of one key, as a streaming
+GroupByKey task runs them (``worker/_streaming_group.py``): new elements
+under the watermarks the group had before the batch, then every timer due
+under the new input watermark. After each batch the panes emitted and the
+whole per-key state (elements, holds, tombstones, pane indices, timers)
+must be equal.
+"""
+from __future__ import annotations
+
+from apache_beam.transforms import trigger, window
+from apache_beam.transforms.core import Windowing
+from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
+from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from beam_ext.runner.worker._default_trigger import DefaultTriggerDriver, trigger_driver
+
+_WINDOW_FNS = [window.GlobalWindows(), window.FixedWindows(10), window.SlidingWindows(10, 5)]
+_COMBINERS = [window.TimestampCombiner.OUTPUT_AT_EOW, window.TimestampCombiner.OUTPUT_AT_EARLIEST,
+              window.TimestampCombiner.OUTPUT_AT_LATEST]
+
+
+class _Clock:
+    def time(self) -> float:
+        return 0.0
+
+
+@st.composite
+def runs(draw):
+    """A windowing strategy with the default trigger, and micro-batches of
+    (elements as (value, timestamp), watermark after the batch)."""
+    windowing = Windowing(draw(st.sampled_from(_WINDOW_FNS)), triggerfn=trigger.DefaultTrigger(),
+                          accumulation_mode=draw(st.sampled_from([trigger.AccumulationMode.DISCARDING,
+                                                                  trigger.AccumulationMode.ACCUMULATING])),
+                          timestamp_combiner=draw(st.sampled_from(_COMBINERS)),
+                          allowed_lateness=draw(st.sampled_from([0, 5, 20])))
+    batches, value, watermark = [], 0, -5
+    for _ in range(draw(st.integers(1, 6))):
+        stamps = draw(st.lists(st.integers(0, 50), max_size=8))
+        elements = [(value + i, ts) for i, ts in enumerate(stamps)]
+        value += len(stamps)
+        watermark = draw(st.sampled_from([watermark, watermark + draw(st.integers(1, 25))]))
+        batches.append((elements, watermark))
+    return windowing, batches
+
+
+def _snapshot(state: trigger.InMemoryUnmergedState) -> tuple:
+    return ({w: dict(t) for w, t in state.timers.items() if t},
+            {w: {tag: list(v) for tag, v in tags.items()} for w, tags in state.state.items() if tags},
+            dict(state.global_state))
+
+
+def _pane(wv) -> tuple:
+    return wv.value, wv.timestamp, wv.windows, wv.pane_info
+
+
+def _run(driver, windowing, batches) -> list:
+    """Each batch's panes and the state after it, as ``run_streaming_group`` drives a key."""
+    state = trigger.InMemoryUnmergedState()
+    output_watermark = input_watermark = MIN_TIMESTAMP
+    seen = []
+    for elements, after in batches:
+        values = []
+        for value, ts in elements:
+            stamp = Timestamp(ts)
+            windows = windowing.windowfn.assign(window.WindowFn.AssignContext(stamp, element=value))
+            values.append(WindowedValue(value, stamp, windows))
+        panes = [_pane(p) for p in driver.process_elements(state, values, output_watermark, input_watermark)]
+        input_watermark = Timestamp(after)
+        while True:
+            fired, _ = state.get_timers(clear=True, watermark=input_watermark, processing_time=0.0)
+            if not fired:
+                break
+            for fired_window, (name, domain, timestamp, _tag) in fired:
+                panes += [_pane(p) for p in driver.process_timer(
+                    fired_window, name, domain, timestamp, state, input_watermark)]
+        output_watermark = input_watermark
+        seen.append((panes, _snapshot(state)))
+    return seen
+
+
+@settings(max_examples=300, deadline=None)
+@given(runs())
+def test_default_trigger_driver_equals_beams_driver(run):
+    windowing, batches = run
+    beams = _run(trigger.GeneralTriggerDriver(windowing, _Clock()), windowing, batches)
+    ours = _run(DefaultTriggerDriver(windowing, _Clock()), windowing, batches)
+    assert ours == beams
+
+
+def test_driver_is_chosen_only_for_the_default_trigger_in_windows_that_do_not_merge():
+    default = Windowing(window.FixedWindows(10))
+    assert isinstance(trigger_driver(default, _Clock()), DefaultTriggerDriver)
+    early = Windowing(window.FixedWindows(10), triggerfn=trigger.AfterWatermark(early=trigger.AfterCount(2)),
+                      accumulation_mode=trigger.AccumulationMode.DISCARDING)
+    assert type(trigger_driver(early, _Clock())) is trigger.GeneralTriggerDriver
+    sessions = Windowing(window.Sessions(10))
+    assert type(trigger_driver(sessions, _Clock())) is trigger.GeneralTriggerDriver
+
+
+def test_late_elements_within_lateness_fire_late_panes_and_past_it_are_dropped():
+    """The oracle by hand: one on-time pane, one late pane, a dropped element."""
+    windowing = Windowing(window.FixedWindows(10), triggerfn=trigger.DefaultTrigger(),
+                          accumulation_mode=trigger.AccumulationMode.DISCARDING, allowed_lateness=5)
+    # 3 comes behind the watermark (12) but within the lateness (10 + 5); at 16 the window is gone, and 4 with it.
+    batches = [([(1, 2), (2, 3)], 12), ([(3, 4)], 16), ([(4, 5)], 30)]
+    panes = [p for ps, _ in _run(DefaultTriggerDriver(windowing, _Clock()), windowing, batches) for p in ps]
+    assert [(sorted(value), pane.timing) for value, _, _, pane in panes] == [
+        ([1, 2], PaneInfoTiming.ON_TIME), ([3], PaneInfoTiming.LATE)]
