@@ -19,7 +19,7 @@ from apache_beam.coders import VarIntCoder
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.testing.util import assert_that, equal_to
-from apache_beam.transforms import combiners, core, window
+from apache_beam.transforms import combiners, core, trigger, window
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -107,15 +107,21 @@ def test_a_partial_combine_under_any_windowing_equals_beam(tmp_path_factory, cap
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cases=st.lists(st.tuples(_EVENTS, st.sampled_from(sorted(WINDOWS)), st.sampled_from(sorted(COMBINERS)),
-                                st.sampled_from(sorted(COMBINE_FNS)), st.booleans()), min_size=1, max_size=4))
+                                st.sampled_from(sorted(COMBINE_FNS)), st.sampled_from(["lifted", "values", "early"])),
+                      min_size=1, max_size=4))
 def test_a_combine_after_its_grouping_equals_beam(tmp_path_factory, caplog, cases):
-    def build(p, case, events, windows, timestamps, fn, lifted):
-        # The combine's steps after its grouping (merge and extract) and a
+    def build(p, case, events, windows, timestamps, fn, how):
+        # The combine's steps after its grouping (merge and extract; or the
+        # whole combine, where early firings keep Beam from lifting it) and a
         # Map run on objects and feed a second grouping; its groups' windows
         # and timestamps, which _Stamped shows, follow from theirs.
+        early = {} if how != "early" else dict(
+            trigger=trigger.AfterWatermark(early=trigger.AfterCount(2)),
+            accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
         windowed = (_timestamped(p, events, case)
-                    | f"Window{case}" >> beam.WindowInto(WINDOWS[windows], timestamp_combiner=COMBINERS[timestamps]))
-        if lifted:
+                    | f"Window{case}" >> beam.WindowInto(WINDOWS[windows], timestamp_combiner=COMBINERS[timestamps],
+                                                         **early))
+        if how != "values":
             combined = windowed | f"Combine{case}" >> beam.CombinePerKey(COMBINE_FNS[fn])
         else:
             combined = (windowed | f"Group{case}" >> beam.GroupByKey()
