@@ -317,3 +317,47 @@ def test_every_stage_is_labelled_with_the_users_steps(streaming):
     labels = [stage.label for stage in plan.stages]
     assert "Both" in labels and "Check" in labels
     assert not any("ref_" in label for label in labels)
+
+
+def test_a_reshuffle_keeps_no_state_per_random_key(spark, tmp_path):
+    """Beam's Reshuffle groups each element under a random key, with a
+    trigger firing every time; the pane count each key would keep, as long as
+    the global window lasts, is not kept: nobody reads those panes."""
+    import pickle
+    import time
+
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    from beam_ext.runner.planning import plan_pipeline
+
+    def build(p):
+        impulses = p | PeriodicImpulse(fire_interval=0.05) | beam.Map(float)
+        grouped = (impulses | "Hour" >> beam.WindowInto(window.FixedWindows(3600))
+                   | "Pair" >> beam.Map(lambda t: (int(t) % 2, t)) | beam.GroupByKey()
+                   | "Sizes" >> beam.MapTuple(lambda k, ts: len(ts)))
+        return impulses | beam.Reshuffle(), grouped
+
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    build(p)
+    plan = plan_pipeline(p.to_runner_api(), 1 << 20, 2, streaming=True)
+    assert sorted((g.step.split("/")[0], g.forgets_panes) for g in plan.groups.values()) == [
+        ("GroupByKey", False), ("Reshuffle", True)]
+
+    checkpoint, path = tmp_path / "checkpoint", str(tmp_path / "out.jsonl")
+    p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
+        ["--streaming", "--spark_batch_interval=0.05", f"--checkpoint_dir={checkpoint}"]))
+    reshuffled, _ = build(p)
+    _ = reshuffled | beam.ParDo(AppendLines(path))
+    result = p.run()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(read_lines(path)) < 20:
+        assert result.wait_until_finish(duration=200) == PipelineState.RUNNING
+    assert result.cancel() == PipelineState.CANCELLED
+    stamps = read_lines(path)
+    assert len(stamps) >= 20 and len(set(stamps)) == len(stamps)  # each impulse once, through the Reshuffle
+    # Each group's largest saved state, in keys: the GroupByKey's holds its
+    # two keys' elements until the hour ends; the Reshuffle's holds none.
+    owners = {f.parts[-3] for f in checkpoint.glob("**/group*/*/*.bin")}
+    largest = sorted(max(len(pickle.loads(f.read_bytes())) for f in checkpoint.glob(f"**/{owner}/*/*.bin"))
+                     for owner in owners)
+    assert len(largest) == 2 and largest[0] == 0 and 1 <= largest[1] <= 2, largest

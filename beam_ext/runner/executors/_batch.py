@@ -279,7 +279,9 @@ class BatchExecutor:
         if buffer_id not in self._grouped:
             parts = self._buffers.get(buffer_id) or [self._sc.parallelize([], 1)]
             blobs = parts[0] if len(parts) == 1 else self._sc.union(parts)
-            reader = GroupReader(**vars(self._plan.groups[buffer_id]))
+            group = self._plan.groups[buffer_id]
+            reader = GroupReader(group.pre_coder, group.post_coder, group.windowing, group.trivial, group.step,
+                                 group.memory_bytes, group.rows)
             if objects is None:
                 read = reader.read
             else:

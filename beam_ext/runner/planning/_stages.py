@@ -39,6 +39,12 @@ class GroupSpec:
     step: str = ""  # the GroupByKey's name, for metrics
     memory_bytes: int = 256 << 20  # a task's budget before it spills sorted runs
     rows: RowColumns | None = None  # a trivial grouping's schema rows, shuffled as blocks of columns
+    # A Reshuffle's grouping, in streaming: its panes are read by nobody (the
+    # Reshuffle gives each element its own pane info back), so a key whose
+    # state is only its pane count is not kept. Under Beam's random keys
+    # that count would be one entry per element, kept as long as the
+    # global window lasts.
+    forgets_panes: bool = False
 
 
 @dataclasses.dataclass
@@ -127,6 +133,7 @@ class StagePlanner:
         self._native_urns = native_urns
         self._bundle_bytes = bundle_bytes
         self._groups: dict[bytes, GroupSpec] = {}
+        self._reshuffled: frozenset[str] | None = None
         self.state = ("memory", 256 << 20)
         self.group_memory = 256 << 20
         self.streaming = False
@@ -165,8 +172,25 @@ class StagePlanner:
                 pre_coder=self._channel_coder(in_pcoll, safe=trivial),
                 post_coder=self._channel_coder(out_pcoll, safe=trivial),
                 windowing=windowing, trivial=trivial, step=gbk.unique_name,
-                memory_bytes=self.group_memory, rows=rows)
+                memory_bytes=self.group_memory, rows=rows,
+                forgets_panes=self.streaming and gbk_id in self._reshuffle_groups())
         return self._groups[buffer_id]
+
+    def _reshuffle_groups(self) -> frozenset[str]:
+        """The ids of the GroupByKeys inside Beam's ``Reshuffle`` composites."""
+        if self._reshuffled is not None:
+            return self._reshuffled
+        found, todo = set(), [t for t in self._components.transforms.values()
+                              if t.spec.urn == common_urns.composites.RESHUFFLE.urn]
+        while todo:
+            transform = todo.pop()
+            for sub in transform.subtransforms:
+                child = self._components.transforms[sub]
+                if child.spec.urn == common_urns.primitives.GROUP_BY_KEY.urn:
+                    found.add(sub)
+                todo.append(child)
+        self._reshuffled = frozenset(found)
+        return self._reshuffled
 
     def _plan_stage(self, stage: Stage) -> PlannedStage:
         inputs, outputs, input_ids, output_ids, input_coders = [], [], [], {}, []

@@ -56,6 +56,16 @@ def _thaw(frozen: tuple) -> trigger.InMemoryUnmergedState:
     return state
 
 
+_PANE_COUNTS = frozenset({trigger.GeneralTriggerDriver.INDEX.tag,
+                          trigger.GeneralTriggerDriver.NONSPECULATIVE_INDEX.tag})
+
+
+def _only_pane_counts(state: trigger.InMemoryUnmergedState) -> bool:
+    """Whether a key keeps nothing but how many panes its windows fired (no elements, holds or timers)."""
+    return not any(state.timers.values()) and all(
+        not tags or set(tags) <= _PANE_COUNTS for tags in state.state.values())
+
+
 def run_streaming_group(group: Any, context: BatchContext, previous_output_watermark: Timestamp,
                         report: ReportFn, partition: int, blobs: Iterable[bytes]) -> Iterator[bytes]:
     """Groups one shuffled partition of one batch; yields encoded chunks of panes, reports a summary."""
@@ -112,6 +122,8 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
     for encoded_key, state in states.items():
         if not state.state and not state.timers and not state.global_state:
             continue  # the key's windows are all done: nothing to keep
+        if group.forgets_panes and _only_pane_counts(state):
+            continue
         kept[encoded_key] = _freeze(state)
         summary.hold = min(summary.hold, state.get_earliest_hold())
         # Each window's hold, as get_earliest_hold computes the earliest one.
