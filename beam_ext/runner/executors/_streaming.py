@@ -424,7 +424,9 @@ class StreamingExecutor(BatchExecutor):
             previous_watermark=self.progress.input_watermark(owner),
             watermark=watermark, processing_time=now)
         records = self._streaming_input(stage, owner, progress)
-        if stage.direct is not None:
+        # Side inputs a checkpoint of an earlier release kept as Fn API state
+        # are read by Beam's bundle processor, as they were then.
+        if stage.direct is not None and not isinstance(progress.side_inputs.get(number), dict):
             _LOG.debug("stage %s runs its steps on element objects", stage.label)
             task = functools.partial(_chain_task, stage.direct, stage.spec.worker_setup, stage.spec.bundle_bytes,
                                      broadcast)
@@ -488,7 +490,7 @@ class StreamingExecutor(BatchExecutor):
         if not stage.side_inputs:
             return None
         state = self._side_input_state(number, stage, progress)
-        broadcast = self._sc.broadcast(state if stage.direct is not None else SideInputState.sealed(state))
+        broadcast = self._sc.broadcast(state if isinstance(state, list) else SideInputState.sealed(state))
         self._broadcasts.append(broadcast)
         return broadcast
 
