@@ -9,14 +9,17 @@ timer for every element of the window, through two layers of state
 adapters: most of the driver's time on a grouping of many small elements.
 
 :class:`DefaultTriggerDriver` is the same driver, for the default trigger
-in windows that do not merge, with three changes that leave its state,
+in windows that do not merge, with four changes that leave its state,
 timers and panes as Beam's:
 
 * ``on_element`` is called once per window of a call, after its elements
   are added, instead of once per element (it sets one timer to one time);
 * whether a window has expired is computed once per window, not per element;
 * the merging of windows, a no-op for a window function that does not
-  merge, is skipped.
+  merge, is skipped;
+* a combining state tag's accumulator view (Beam's ``without_extraction``,
+  a class defined at each call) is made once per driver, not at every
+  state access (a few per pane fired).
 
 Everything else (watermark holds, tombstones, firing, panes, timers) is
 Beam's own code. ``tests/test_default_trigger_driver.py`` compares the two
@@ -40,12 +43,52 @@ def trigger_driver(windowing: Any, clock: Any) -> trigger.TriggerDriver:
     return trigger.create_trigger_driver(windowing, clock=clock)
 
 
+class _StateAdapter(trigger.MergeableStateAdapter):
+    """Beam's state adapter, with each combining tag's accumulator view made
+    once per driver: Beam's makes it (``without_extraction``, which defines
+    a class) at every access, several times per pane fired."""
+
+    def __init__(self, raw_state: Any, views: dict[int, tuple[Any, Any]]) -> None:
+        super().__init__(raw_state)
+        self._views = views
+
+    def _view(self, tag: Any) -> Any:
+        found = self._views.get(id(tag))
+        if found is None or found[0] is not tag:
+            found = self._views[id(tag)] = (tag, tag.without_extraction())
+        return found[1]
+
+    def add_state(self, window: Any, tag: Any, value: Any) -> None:
+        if not isinstance(tag, trigger._CombiningValueStateTag):
+            super().add_state(window, tag, value)
+            return
+        self.raw_state.add_state(self._get_id(window), self._view(tag), value)
+
+    def get_state(self, window: Any, tag: Any) -> Any:
+        if not isinstance(tag, trigger._CombiningValueStateTag):
+            return super().get_state(window, tag)
+        view = self._view(tag)
+        values = [self.raw_state.get_state(window_id, view) for window_id in self._get_ids(window)]
+        return tag.combine_fn.extract_output(tag.combine_fn.merge_accumulators(values))
+
+
 class DefaultTriggerDriver(trigger.GeneralTriggerDriver):
     """Beam's ``GeneralTriggerDriver`` for the default trigger in non-merging windows (see the module)."""
 
+    def __init__(self, windowing: Any, clock: Any) -> None:
+        super().__init__(windowing, clock)
+        # The state is wrapped here, in the adapter above, not by Beam's code.
+        self.is_merging = False
+        self._views: dict[int, tuple[Any, Any]] = {}
+
+    def process_timer(self, window_id: Any, name: str, time_domain: Any, timestamp: Timestamp, state: Any,
+                      input_watermark: Timestamp | None = None) -> Iterator[Any]:
+        return super().process_timer(window_id, name, time_domain, timestamp, _StateAdapter(state, self._views),
+                                     input_watermark)
+
     def process_elements(self, state: Any, windowed_values: Iterable[Any], output_watermark: Timestamp,
                          input_watermark: Timestamp = MIN_TIMESTAMP) -> Iterator[Any]:
-        state = trigger.MergeableStateAdapter(state)
+        state = _StateAdapter(state, self._views)
         lateness = self.allowed_lateness
         expired: dict[Any, bool] = {}
         windows_to_elements: dict[Any, list] = collections.defaultdict(list)
