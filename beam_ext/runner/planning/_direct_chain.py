@@ -87,7 +87,6 @@ _ACCESS_PATTERNS = (common_urns.side_inputs.ITERABLE.urn, common_urns.side_input
 _PRECOMBINE = common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn
 _ASSIGN_WINDOWS = common_urns.primitives.ASSIGN_WINDOWS.urn
 _SDF_PROCESS = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
-# A combine's steps after its GroupByKey, by Beam's name of their phase.
 # Beam's combine phases after a grouping, by urn, as its bundle processor
 # names them; "all" is an unlifted CombinePerKey's whole combine (a trigger
 # Beam does not lift, or an output time a streaming lift would change).
