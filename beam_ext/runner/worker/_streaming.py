@@ -21,6 +21,7 @@ to skip stages with nothing to do.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from apache_beam.coders.coder_impl import create_OutputStream
@@ -163,6 +164,16 @@ class _StreamingTaskWorker(_TaskWorker):
         return summary
 
 
+def _counted(outputs: Iterable[tuple[int, Any]], output_bytes: dict[int, int]) -> Iterator[tuple[int, Any]]:
+    """Passes a task's ``(output index, chunk or (partition, blob))`` records
+    on, adding each output's bytes to ``output_bytes`` (for the summary)."""
+    for index, data in outputs:
+        if index >= 0:
+            size = len(data) if isinstance(data, bytes) else len(data[1])
+            output_bytes[index] = output_bytes.get(index, 0) + size
+        yield index, data
+
+
 def run_streaming_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] | None,
                             context: BatchContext, report: ReportFn, partition: int,
                             records: Iterable[tuple[int, bytes]]) -> Iterator[tuple[int, Any]]:
@@ -189,14 +200,7 @@ def run_streaming_partition(spec: StageSpec, side_inputs: Mapping[bytes, bytes] 
         if saved is not None:
             worker.restore(saved)
         output_bytes: dict[int, int] = {}
-
-        def counted(outputs):
-            for index, data in outputs:
-                if index >= 0:
-                    size = len(data) if isinstance(data, bytes) else len(data[1])
-                    output_bytes[index] = output_bytes.get(index, 0) + size
-                yield index, data
-
+        counted = functools.partial(_counted, output_bytes=output_bytes)
         now = context.processing_time
         for bundle in _bundles(spec, records):
             yield from counted(worker.run_bundle(bundle, {}))
@@ -232,9 +236,8 @@ def run_streaming_chain(chain: DirectChain, setup: WorkerSetup | None, bundle_by
     output_bytes: dict[int, int] = {}
     batches = decoded_batches(chain.input_coder, bundle_bytes, (chunk for _, chunk in records),
                               bundles=chain.sees_bundles())
-    for index, data in run_direct_chain(chain, setup, batches, metrics, side_inputs or (), indexed=True):
-        output_bytes[index] = output_bytes.get(index, 0) + (len(data) if isinstance(data, bytes) else len(data[1]))
-        yield index, data
+    yield from _counted(run_direct_chain(chain, setup, batches, metrics, side_inputs or (), indexed=True),
+                        output_bytes)
     report(partition, TaskSummary(output_bytes=output_bytes, metrics=metrics))
 
 
