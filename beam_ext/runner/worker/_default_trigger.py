@@ -9,12 +9,15 @@ timer for every element of the window, through two layers of state
 adapters: most of the driver's time on a grouping of many small elements.
 
 :class:`DefaultTriggerDriver` is the same driver, for the default trigger
-in windows that do not merge, with four changes that leave its state,
+in windows that do not merge, with five changes that leave its state,
 timers and panes as Beam's:
 
 * ``on_element`` is called once per window of a call, after its elements
   are added, instead of once per element (it sets one timer to one time);
 * whether a window has expired is computed once per window, not per element;
+* a window's elements are appended to its list state at once, and their
+  timestamps are not read where the hold does not depend on them (the
+  end-of-window timestamp combiner);
 * the merging of windows, a no-op for a window function that does not
   merge, is skipped;
 * a combining state tag's accumulator view (Beam's ``without_extraction``,
@@ -27,10 +30,9 @@ drivers' panes and states on random inputs.
 """
 from __future__ import annotations
 
-import collections
 from typing import Any, Iterable, Iterator
 
-from apache_beam.transforms import trigger
+from apache_beam.transforms import timeutil, trigger
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 
@@ -64,6 +66,16 @@ class _StateAdapter(trigger.MergeableStateAdapter):
             return
         self.raw_state.add_state(self._get_id(window), self._view(tag), value)
 
+    def add_all(self, window: Any, tag: Any, values: list) -> None:
+        """``add_state`` of each value to a list state, in one step where the
+        state is Beam's in-memory one (which appends each value to a list)."""
+        raw = self.raw_state
+        if type(raw) is not trigger.InMemoryUnmergedState or raw.defensive_copy:
+            for value in values:
+                self.add_state(window, tag, value)
+            return
+        raw.state[self._get_id(window)][tag.tag].extend(values)
+
     def get_state(self, window: Any, tag: Any) -> Any:
         if not isinstance(tag, trigger._CombiningValueStateTag):
             return super().get_state(window, tag)
@@ -90,29 +102,35 @@ class DefaultTriggerDriver(trigger.GeneralTriggerDriver):
                          input_watermark: Timestamp = MIN_TIMESTAMP) -> Iterator[Any]:
         state = _StateAdapter(state, self._views)
         lateness = self.allowed_lateness
-        expired: dict[Any, bool] = {}
-        windows_to_elements: dict[Any, list] = collections.defaultdict(list)
+        expired: set[Any] = set()
+        by_window: dict[Any, list] = {}
         for wv in windowed_values:
             for window in wv.windows:
-                gone = expired.get(window)
-                if gone is None:
-                    gone = expired[window] = input_watermark > window.end + lateness
-                if not gone:
-                    windows_to_elements[window].append((wv.value, wv.timestamp))
+                elements = by_window.get(window)
+                if elements is None:
+                    if window in expired:
+                        continue
+                    if input_watermark > window.end + lateness:
+                        expired.add(window)
+                        continue
+                    elements = by_window[window] = []
+                elements.append(wv)
         combiner = self.timestamp_combiner_impl
-        add = state.add_state
-        for window, elements in windows_to_elements.items():
+        # A window's hold under the end-of-window combiner does not depend on its
+        # elements (Beam's merge ignores them), so their timestamps, which a
+        # WindowedValue builds on each read, are not read.
+        by_time = not isinstance(combiner, timeutil.DependsOnlyOnWindow)
+        for window, elements in by_window.items():
             if state.get_state(window, self.TOMBSTONE):
                 continue
             output_time = combiner.merge(window, (
-                output for output in (combiner.assign_output_time(window, timestamp) for _, timestamp in elements)
-                if output >= output_watermark))
+                output for output in (combiner.assign_output_time(window, wv.timestamp) for wv in elements)
+                if output >= output_watermark) if by_time else ())
             if output_time is not None:
-                add(window, self.WATERMARK_HOLD, output_time)
+                state.add_state(window, self.WATERMARK_HOLD, output_time)
             context = state.at(window, self.clock)
-            for value, _ in elements:
-                add(window, self.ELEMENTS, value)
-            self.trigger_fn.on_element(elements[-1][0], window, context)
+            state.add_all(window, self.ELEMENTS, [wv.value for wv in elements])
+            self.trigger_fn.on_element(elements[-1].value, window, context)
             if self.trigger_fn.should_fire(TimeDomain.WATERMARK, input_watermark, window, context):
                 finished = self.trigger_fn.on_fire(input_watermark, window, context)
                 yield self._output(window, finished, state, output_watermark, False)
