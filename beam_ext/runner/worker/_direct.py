@@ -736,9 +736,11 @@ def _param_invoker(dofn: Any, args: tuple, kwargs: dict,
     ``restriction``: a splittable DoFn's argument taking its restriction
     tracker (:mod:`._splittable`), which Beam passes by keyword; the call is
     then ``call(value, windowed, tracker)``."""
-    from apache_beam.runners.common import DoFnSignature, _get_arg_placeholders
+    from apache_beam.runners.common import MethodWrapper, _get_arg_placeholders
 
-    method = DoFnSignature(dofn).process_method
+    # Beam's DoFnSignature also validates the DoFn's state and timers (done when
+    # the pipeline was built), at a few milliseconds per task and step.
+    method = MethodWrapper(dofn, "process")
     windowed_views = any(type(a) is _WindowedView for a in (*args, *kwargs.values()))
     if restriction is None and not windowed_views and not any(
             isinstance(d, core._DoFnParam) and d != core.DoFn.ElementParam for d in method.defaults):
