@@ -291,6 +291,33 @@ def test_a_stateless_stage_runs_in_its_groupings_spark_job(spark, tmp_path, capl
     assert read_lines(str(tmp_path / "spark.jsonl")) == read_lines(str(tmp_path / "direct.jsonl"))
 
 
+def test_groupings_on_separate_branches_share_a_spark_job(spark, tmp_path):
+    """A grouping waits for the stages with state upstream of it, not for
+    another branch's: the two branches' groupings run in one Spark job."""
+    def build(p):
+        stream = TestStream()
+        for i in range(3):
+            stream = stream.add_elements([TV(("k", i), i), TV(("j", i), i)]).advance_watermark_to(i)
+        events = p | stream.advance_watermark_to_infinity() | beam.WindowInto(window.FixedWindows(100))
+        tens = events | "Tens" >> beam.Map(lambda kv: (kv[0], kv[1] * 10)) | "GroupTens" >> beam.GroupByKey()
+        ones = events | "GroupOnes" >> beam.GroupByKey()
+        return _panes((tens, ones) | beam.Flatten() | beam.MapTuple(lambda k, vs: (k, sum(vs)))
+                      | "GroupSums" >> beam.GroupByKey())
+
+    sc = spark.sparkContext
+    before = _last_job(sc)
+    with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
+        _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "spark.jsonl")))
+    # Three micro-batches bring elements to both branches' groupings: one job
+    # each (GroupSums has nothing before their windows fire). The watermark's
+    # move to +inf fires the branches' windows, then GroupSums's: two jobs.
+    # Waiting for every grouping before the next took two, two, two and three.
+    assert _last_job(sc) - before == 3 + 2
+    with beam.Pipeline(runner="BundleBasedDirectRunner", options=PipelineOptions(["--streaming"])) as p:
+        _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "direct.jsonl")))
+    assert read_lines(str(tmp_path / "spark.jsonl")) == read_lines(str(tmp_path / "direct.jsonl"))
+
+
 class _KeepSeen(beam.DoFn):
     """A stateful DoFn: its input is keyed, so a Flatten before it gets a stage of its own."""
 

@@ -81,6 +81,13 @@ def _unkeyed_chunk(record):
     return index, b"".join(element for _, element in unpack([blob]))
 
 
+def fingerprint(plan: Plan, parallelism: int) -> str:
+    """What a checkpoint records of the pipeline that wrote it: its stages and parallelism."""
+    names = "\n".join(s.name for s in plan.stages)
+    digest = hashlib.sha256(names.encode("utf-8")).hexdigest()[:16]
+    return f"stages={len(plan.stages)} parallelism={parallelism} digest={digest}"
+
+
 def _format_watermark(ts: Timestamp) -> str:
     if ts >= MAX_TIMESTAMP:
         return "+inf"
@@ -111,16 +118,46 @@ class StreamingExecutor(BatchExecutor):
             for buffer_id in stage.outputs:
                 self._producers.setdefault(buffer_id, []).append(number)
         self._group_owner = {buffer_id: f"group{n}" for n, buffer_id in enumerate(sorted(plan.groups))}
+        self._upstream = self._upstream_owners()
         self._uses_test_clock = any(s.test_stream is not None for s in plan.stages)
         self.progress = Progress()
         self._lock = threading.Lock()
         self._watermarks = make_watermarks(watermarks, self._sc, plan, parallelism, self._producers,
                                            self._group_owner, tracker_options)
 
+    def _upstream_owners(self) -> dict[str, frozenset[str]]:
+        """Every stage's and group's upstream stages and groups (through main
+        and side inputs): the only ones whose holds its input watermark reads."""
+        def producers_of(buffer_id: bytes) -> list[str]:
+            return [f"stage{n}" for n in self._producers.get(buffer_id, ())]
+
+        def owners_of(buffer_id: bytes) -> list[str]:
+            if buffer_id in self._group_owner:
+                return [self._group_owner[buffer_id]]
+            return producers_of(buffer_id)
+
+        direct = {owner: producers_of(buffer_id) for buffer_id, owner in self._group_owner.items()}
+        for number, stage in enumerate(self._plan.stages):
+            direct[f"stage{number}"] = [owner for b in (*stage.inputs, *(s.buffer for s in stage.side_inputs))
+                                        for owner in owners_of(b)]
+        upstream: dict[str, frozenset[str]] = {}
+
+        def visit(owner: str) -> frozenset[str]:
+            if owner not in upstream:
+                upstream[owner] = frozenset()  # a cycle is impossible; this stops one anyway
+                found: set[str] = set()
+                for producer in direct.get(owner, ()):
+                    found.add(producer)
+                    found |= visit(producer)
+                upstream[owner] = frozenset(found)
+            return upstream[owner]
+
+        for owner in direct:
+            visit(owner)
+        return upstream
+
     def _fingerprint(self) -> str:
-        names = "\n".join(s.name for s in self._plan.stages)
-        digest = hashlib.sha256(names.encode("utf-8")).hexdigest()[:16]
-        return f"stages={len(self._plan.stages)} parallelism={self._parallelism} digest={digest}"
+        return fingerprint(self._plan, self._parallelism)
 
     @property
     def watermark_stats(self) -> dict:
@@ -327,17 +364,22 @@ class StreamingExecutor(BatchExecutor):
             hold = progress.summaries.get(owner, TaskSummary()).hold
             progress.output_watermarks[owner] = min(mark, hold)
 
-    def _barrier(self, progress: Progress) -> None:
-        """Brings the watermarks up to date before a stage whose tasks need
-        their input watermark (timers, panes, side inputs).
+    def _barrier(self, progress: Progress, owner: str) -> None:
+        """Brings the watermarks up to date before ``owner``, a stage whose
+        tasks need their input watermark (timers, panes, side inputs).
 
-        Stages launched lazily run first only when one of them keeps state:
-        a stage without state holds nothing, so its output watermark is its
-        input watermark whether it has run or not, and running it in the
-        same Spark job as its consumer saves a job per micro-batch.
+        Stages launched lazily run first only when one of them keeps state
+        and is upstream of ``owner``: a stage without state holds nothing, so
+        its output watermark is its input watermark whether it has run or
+        not, and running it in the same Spark job as its consumer saves a job
+        per micro-batch; a stage on another branch (another source's
+        grouping) does not reach ``owner``'s input watermark at all. A
+        pending stage's watermark is brought up to date when it runs, before
+        any stage downstream of it runs.
         """
+        upstream = self._upstream[owner]
         force = self._watermarks.needs_producers_run or any(
-            self._watermarks.stateful(p.owner) for p in self._pending)
+            p.owner in upstream and self._watermarks.stateful(p.owner) for p in self._pending)
         self._settle(progress, force)
 
     def _force(self, progress: Progress) -> None:
@@ -407,7 +449,7 @@ class StreamingExecutor(BatchExecutor):
         has_input = any(self._has_input(b) for b in stage.inputs)
         barrier = stage.keeps_state or bool(stage.side_inputs)
         if barrier:
-            self._barrier(progress)
+            self._barrier(progress, owner)
             has_input = any(self._has_input(b) for b in stage.inputs)
         self._reached.append((owner, tuple(stage.inputs)))
         watermark = self._input_watermark(owner, tuple(stage.inputs), progress)
@@ -531,15 +573,20 @@ class StreamingExecutor(BatchExecutor):
     # -- GroupByKey --------------------------------------------------------
     def _run_group(self, buffer_id: bytes, progress: Progress, now: Timestamp) -> None:
         owner = self._group_owner[buffer_id]
-        self._barrier(progress)  # its tasks need the input watermark
+        self._barrier(progress, owner)  # its tasks need the input watermark
         self._reached.append((owner, (buffer_id,)))
         watermark = self._input_watermark(owner, (buffer_id,), progress)
         summary = progress.summaries.get(owner, TaskSummary())
         has_input = bool(self._buffers.get(buffer_id))
         if not has_input and not summary.has_due_work(watermark, now):
             return
-        parts = [self._sc.parallelize([], 1)] + (list(self._buffers[buffer_id]) if has_input else [])
-        blobs = self._sc.union(parts).partitionBy(self._parallelism, identity_partition)
+        if has_input:
+            parts = [self._sc.parallelize([], 1), *self._buffers[buffer_id]]
+            blobs = self._sc.union(parts).partitionBy(self._parallelism, identity_partition)
+        else:
+            # Only timers are due (a watermark moved): the group's partitions
+            # run without a shuffle, a Spark job of one stage instead of two.
+            blobs = self._sc.parallelize([], self._parallelism)
         context = BatchContext(
             batch=progress.batch, owner=owner, state_root=self._log.state_root,
             read_version=progress.state_versions.get(owner),
