@@ -170,11 +170,19 @@ def test_periodic_impulse_with_a_stop_time_ends_by_itself(spark, tmp_path):
 
     # Beam's BundleBasedDirectRunner cannot run PeriodicImpulse (its SDF
     # override fails to replace the expansion), so the oracle is the definition.
+    from pipeline_outputs import planned_on_objects
+
     start = time.time()
     path = str(tmp_path / "out.jsonl")
+
+    def build(p):
+        return (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 2, fire_interval=0.5)
+                | "Offset" >> beam.Map(lambda t: round(float(t) - start, 3)))
+
+    # The steps after the splittable DoFn have a stage of their own, on objects.
+    assert planned_on_objects(build, "Offset", streaming=True) == [True]
     with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
-        _ = (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 2, fire_interval=0.5)
-             | beam.Map(lambda t: round(float(t) - start, 3)) | beam.ParDo(AppendLines(path)))
+        _ = build(p) | beam.ParDo(AppendLines(path))
     assert read_lines(path) == [0.0, 0.5, 1.0, 1.5]
 
 
@@ -207,6 +215,66 @@ def test_a_restart_with_the_checkpoint_resumes_where_it_stopped(spark, tmp_path)
     with beam.Pipeline(runner=SparkRunner(), options=options) as second:
         _ = build(second) | beam.ParDo(AppendLines(path))
     assert read_lines(path) == read_lines(expected_path)
+
+
+def test_the_steps_after_a_stateful_dofn_stay_in_its_stage(spark, tmp_path):
+    """Unlike a splittable DoFn's: a stage boundary would carry their
+    timestamps in milliseconds (see split_after_splittable)."""
+    from pipeline_outputs import planned_on_objects
+
+    def build(p):
+        stream = TestStream(coder=beam.coders.TupleCoder([StrUtf8Coder(), VarIntCoder()]))
+        for i in range(3):
+            stream = stream.add_elements([TV(("k", i), i), TV(("j", i), i)]).advance_watermark_to(i + 1)
+        return (p | stream.advance_watermark_to_infinity() | beam.ParDo(_CountWithState())
+                | "Format" >> beam.MapTuple(lambda k, n: f"{k}{n}"))
+
+    assert planned_on_objects(build, "Format", streaming=True) == [False]
+    assert sorted(streaming_equals_direct(build, tmp_path)) == ["j1", "j2", "j3", "k1", "k2", "k3"]
+
+
+def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spark, tmp_path, caplog):
+    """Releases before the split fused the steps after a splittable DoFn into
+    its stage; a checkpoint they wrote resumes with those stages."""
+    import os
+    import threading
+    import time
+
+    from apache_beam.transforms import environments
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    from beam_ext.runner.executors import StreamingExecutor
+    from beam_ext.runner.planning import plan_pipeline
+
+    start = time.time()
+    path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
+
+    def build(p):
+        _ = (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 3, fire_interval=0.25)
+             | "Offset" >> beam.Map(lambda t: round(float(t) - start, 3)) | beam.ParDo(AppendLines(path)))
+
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    build(p)
+    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    sc = spark.sparkContext
+    earlier = plan_pipeline(proto, 1 << 20, sc.defaultParallelism, streaming=True, split_after_splittable=False)
+    assert not any("Offset" in step for stage in earlier.stages if stage.direct is not None for step in stage.steps)
+    executor = StreamingExecutor(sc, earlier, sc.defaultParallelism, checkpoint, batch_interval=0.05)
+    thread = threading.Thread(target=executor.run)
+    thread.start()
+    while not os.path.exists(os.path.join(checkpoint, "commits", "3.commit")):
+        assert thread.is_alive()
+        time.sleep(0.02)
+    executor.stop()
+    thread.join()
+    assert 0 < len(read_lines(path)) < 12
+
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
+                ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as p:
+            build(p)
+    assert any("as they were planned when it was written" in r.getMessage() for r in caplog.records)
+    assert sorted(read_lines(path)) == [i / 4 for i in range(12)]  # each impulse once
 
 
 def test_a_checkpoint_of_another_pipeline_is_refused(spark, tmp_path):

@@ -22,6 +22,8 @@ from beam_ext.runner._metrics import SparkMetrics
 from beam_ext.runner._streaming_result import SparkStreamingResult
 from beam_ext.runner.dataflow_options import map_dataflow_options
 from beam_ext.runner.executors import BatchExecutor, StreamingExecutor
+from beam_ext.runner.executors._commit_log import CommitLog
+from beam_ext.runner.executors._streaming import fingerprint
 from beam_ext.runner.options import SparkRunnerOptions, check_options
 from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline, swap_native_io
 from beam_ext.runner.planning._create_type import expand_create
@@ -125,10 +127,22 @@ class SparkRunner(runner.PipelineRunner):
         _dependencies.ship(sc, options)
         worker_setup = _dependencies.worker_setup(options)
         parallelism = spark_options.spark_parallelism or sc.defaultParallelism
-        plan = plan_pipeline(proto, spark_options.spark_bundle_size, parallelism,
-                             spark_options.spark_state_backend, spark_options.spark_state_memory,
-                             is_drain=self._is_drain, streaming=streaming,
-                             group_memory_bytes=spark_options.spark_group_memory)
+        resumable = streaming and spark_options.checkpoint_dir
+        if resumable:
+            unplanned = beam_runner_api_pb2.Pipeline()
+            unplanned.CopyFrom(proto)  # planning changes the proto it plans
+
+        def plan_it(pipeline_proto, split_after_splittable: bool = True):
+            return plan_pipeline(pipeline_proto, spark_options.spark_bundle_size, parallelism,
+                                 spark_options.spark_state_backend, spark_options.spark_state_memory,
+                                 is_drain=self._is_drain, streaming=streaming,
+                                 group_memory_bytes=spark_options.spark_group_memory,
+                                 split_after_splittable=split_after_splittable)
+
+        plan = plan_it(proto)
+        if resumable:
+            plan = _plan_of_checkpoint(spark_options.checkpoint_dir, parallelism, plan,
+                                       lambda: plan_it(unplanned, split_after_splittable=False))
         for stage in plan.stages:
             if stage.spec is not None:
                 stage.spec = dataclasses.replace(stage.spec, worker_setup=worker_setup)
@@ -147,6 +161,22 @@ class SparkRunner(runner.PipelineRunner):
         execution.run()
         _LOG.info("Pipeline done in %.2fs", time.monotonic() - start)
         return SparkPipelineResult(runner.PipelineState.DONE, execution.monitoring)
+
+
+def _plan_of_checkpoint(checkpoint_dir: str, parallelism: int, plan, unsplit):
+    """``plan``, or the plan a checkpoint was written with by a release that did
+    not give the steps after a splittable ``DoFn`` a stage of their own:
+    resuming it needs its stages. Any other checkpoint is the commit log's
+    to accept or refuse."""
+    stored = CommitLog.stored_fingerprint(checkpoint_dir)
+    if stored is None or stored == fingerprint(plan, parallelism):
+        return plan
+    earlier = unsplit()
+    if stored != fingerprint(earlier, parallelism):
+        return plan
+    _LOG.info("Resuming %s with its stages as they were planned when it was written: "
+              "the steps after a splittable DoFn share its stage", checkpoint_dir)
+    return earlier
 
 
 def _job_name(options: pipeline_options.PipelineOptions) -> str:

@@ -76,13 +76,18 @@ class CommitLog:
         except OSError as exc:
             raise checkpoint_unwritable(root, "its commits/, state/ and pipeline file, at start", exc) from exc
 
+    @staticmethod
+    def stored_fingerprint(root: str) -> str | None:
+        """The fingerprint of the pipeline whose checkpoint ``root`` holds, if any."""
+        try:
+            with open(os.path.join(root, "pipeline"), encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
     def _check_fingerprint(self, fingerprint: str) -> None:
         path = os.path.join(self.root, "pipeline")
-        try:
-            with open(path, encoding="utf-8") as f:
-                found = f.read()
-        except FileNotFoundError:
-            found = fingerprint
+        found = self.stored_fingerprint(self.root) or fingerprint
         if found != fingerprint:
             raise CheckpointMismatch(
                 f"--checkpoint_dir {self.root!r} holds the checkpoint of another pipeline "

@@ -33,11 +33,15 @@ __all__ = ["GroupSpec", "NativeSpec", "Plan", "PlannedStage", "SideInputSpec",
 def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   partitions: int, state_backend: str = "memory",
                   state_memory_bytes: int = 256 << 20, is_drain: bool = False,
-                  streaming: bool = False, group_memory_bytes: int = 256 << 20) -> Plan:
+                  streaming: bool = False, group_memory_bytes: int = 256 << 20,
+                  split_after_splittable: bool = True) -> Plan:
     """Plans ``proto`` (modified in place by native substitution).
 
     ``streaming``: TestStream stays a runner-executed source, and composites
     keep their Beam expansion (the Spark-native implementations are batch jobs).
+    ``split_after_splittable`` (streaming): the steps after a splittable
+    ``DoFn`` get a stage of their own (:func:`._phases.split_after_splittable`);
+    False plans as releases before it did, for their checkpoints.
     """
     native_urns = frozenset() if streaming else substitute_natives(proto)
     if not streaming:
@@ -48,7 +52,7 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     check_supported(proto, runner_urns)
     check_flattens(proto)
     context, stages = translations.create_and_optimize_stages(
-        proto, phases=optimize_phases(streaming), known_runner_urns=runner_urns,
+        proto, phases=optimize_phases(streaming, split_after_splittable), known_runner_urns=runner_urns,
         is_drain=is_drain)
     planner = StagePlanner(context, native_urns, bundle_bytes, partitions)
     planner.state = (state_backend, state_memory_bytes)

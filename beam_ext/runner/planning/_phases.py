@@ -24,6 +24,14 @@ Ours:
       becomes
       [Impulse -> PairWithRestriction -> SplitAndSize] -> [Process]
 
+* :func:`split_after_splittable` (streaming, before fusion): the steps after
+  a splittable ``DoFn`` (an unbounded read) start a stage of their own,
+  which keeps nothing between micro-batches and so runs on element objects::
+
+      [Process -> Map -> WindowInto -> shuffle]
+      becomes
+      [Process] [Map -> WindowInto -> shuffle]
+
 * :func:`write_flattens_to_their_grouping` (batch, after fusion): the
   inputs of a Flatten that a GroupByKey reads at once (``CoGroupByKey``)
   write the GroupByKey's shuffle themselves::
@@ -58,6 +66,9 @@ RUNNER_URNS = frozenset([common_urns.primitives.FLATTEN.urn,
                          common_urns.primitives.GROUP_BY_KEY.urn])
 SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
+# Steps that split_after_splittable starts a stage at: those a stage on objects runs.
+_SPLIT_STEP_URNS = frozenset([common_urns.primitives.PAR_DO.urn, common_urns.primitives.ASSIGN_WINDOWS.urn])
+
 Phase = Callable[[Iterable[Stage], TransformContext], Iterable[Stage]]
 
 
@@ -67,6 +78,32 @@ def spread_sdf_processing(stages: Iterable[Stage], context: TransformContext):
         if any(t.spec.urn == SDF_PROCESS_URN for t in stage.transforms):
             stage.forced_root = True
         yield stage
+
+
+def split_after_splittable(stages: Iterable[Stage], context: TransformContext) -> list[Stage]:
+    """Streaming: the steps after a splittable ``DoFn`` start a stage of their own.
+
+    Fusion puts them in the ``DoFn``'s stage, which keeps SDF residuals
+    between micro-batches and so runs on Beam's bundle processor; on their
+    own they keep nothing and run on element objects.
+
+    The steps after a stateful ``DoFn`` stay in its stage: a new stage
+    boundary would carry their elements' timestamps in Beam's encoding,
+    which keeps milliseconds, and a timer's output at a window's end
+    (x.999999 s) would reach them as x.999 s, where the DirectRunner and the
+    fused stage give x.999999 s.
+    """
+    stages = list(stages)
+    source_outputs = {pcoll for stage in stages for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN
+                      for pcoll in t.outputs.values()}
+    for stage in stages:
+        if not stage.transforms or any(t.spec.urn not in _SPLIT_STEP_URNS for t in stage.transforms):
+            continue
+        side = set(stage.side_inputs())
+        if any(pcoll in source_outputs and pcoll not in side
+               for t in stage.transforms for pcoll in t.inputs.values()):
+            stage.forced_root = True
+    return stages
 
 
 def sort_stages_by_name(stages: Iterable[Stage], context: TransformContext) -> list[Stage]:
@@ -202,7 +239,7 @@ def _output_time(transform: beam_runner_api_pb2.PTransform, context: TransformCo
     return context.components.windowing_strategies[strategy].output_time
 
 
-def optimize_phases(streaming: bool = False) -> list[Phase]:
+def optimize_phases(streaming: bool = False, split_splittable: bool = True) -> list[Phase]:
     """Beam's standard phases in Beam's order, with ours where they belong."""
     t = translations
     return [
@@ -215,6 +252,7 @@ def optimize_phases(streaming: bool = False) -> list[Phase]:
         spread_sdf_processing,
         t.expand_gbk,
         t.sink_flattens,
+        *((split_after_splittable,) if streaming and split_splittable else ()),
         t.greedily_fuse,
         *(() if streaming else (write_flattens_to_their_grouping,)),
         t.read_to_impulse,

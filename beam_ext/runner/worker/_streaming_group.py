@@ -61,9 +61,12 @@ _PANE_COUNTS = frozenset({trigger.GeneralTriggerDriver.INDEX.tag,
 
 
 def _only_pane_counts(state: trigger.InMemoryUnmergedState) -> bool:
-    """Whether a key keeps nothing but how many panes its windows fired (no elements, holds or timers)."""
+    """Whether a key keeps nothing but how many panes its windows fired (no elements, holds or timers).
+
+    A tag Beam's driver read but never wrote holds an empty list (its state is
+    a ``defaultdict``): a pane fired without a hold reads the hold's tag."""
     return not any(state.timers.values()) and all(
-        not tags or set(tags) <= _PANE_COUNTS for tags in state.state.values())
+        {tag for tag, values in tags.items() if values} <= _PANE_COUNTS for tags in state.state.values())
 
 
 def run_streaming_group(group: Any, context: BatchContext, previous_output_watermark: Timestamp,
