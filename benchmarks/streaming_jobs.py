@@ -12,7 +12,11 @@ scale, it times trivial two-task PySpark jobs on the same session: a
 of the run, the cost is the number of jobs per micro-batch, not the work in
 them.
 
-    python benchmarks/streaming_jobs.py [--elements 10]
+    python benchmarks/streaming_jobs.py [--elements 10] [--per 1] [--direct]
+
+``--per N`` puts N elements (N keys) in each TestStream event; ``--direct``
+also times the same pipeline on Beam's DirectRunner in streaming mode (its
+BundleBasedDirectRunner), which runs an event in a few milliseconds.
 
 ``beam_ext`` comes from ``PYTHONPATH``, so two checkouts compare side by side
 (``cd /tmp && PYTHONPATH=<checkout> python <this checkout>/benchmarks/streaming_jobs.py``).
@@ -60,37 +64,41 @@ def trivial_job_seconds(sc, runs: int = 8) -> dict[str, float]:
     return out
 
 
-def build_stream(p, elements: int):
-    """``TestStream -> WindowInto(FixedWindows(5), early firings every 2 elements) -> GroupByKey``."""
+def build_stream(p, elements: int, per: int = 1):
+    """``TestStream -> WindowInto(FixedWindows(5), early firings every 2 elements) -> GroupByKey``,
+    ``elements`` events of ``per`` keys' elements, each followed by a watermark step."""
     import apache_beam as beam
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms import trigger, window
 
     stream = TestStream()
     for i in range(elements):
-        stream = stream.add_elements([window.TimestampedValue(("k", i), i)]).advance_watermark_to(i)
+        stream = stream.add_elements([window.TimestampedValue((f"k{k}", i), i) for k in range(per)]
+                                     ).advance_watermark_to(i)
     return (p | stream.advance_watermark_to_infinity()
             | beam.WindowInto(window.FixedWindows(5), trigger=trigger.AfterWatermark(early=trigger.AfterCount(2)),
                               accumulation_mode=trigger.AccumulationMode.DISCARDING)
             | beam.GroupByKey())
 
 
-def run_stream(elements: int) -> float:
-    """Seconds to run :func:`build_stream` on SparkRunner in streaming mode."""
+def run_stream(elements: int, per: int = 1, runner=None) -> float:
+    """Seconds to run :func:`build_stream` in streaming mode on ``runner`` (SparkRunner by default)."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from beam_ext.runner import SparkRunner
 
     start = time.perf_counter()
-    with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
-        build_stream(p, elements)
+    with beam.Pipeline(runner=runner or SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
+        build_stream(p, elements, per)
     return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--elements", type=int, default=10)
+    parser.add_argument("--elements", type=int, default=10, help="TestStream events of elements")
+    parser.add_argument("--per", type=int, default=1, help="elements (keys) per event")
+    parser.add_argument("--direct", action="store_true", help="also time DirectRunner in streaming mode")
     args = parser.parse_args()
     from pyspark.sql import SparkSession
 
@@ -98,9 +106,9 @@ def main() -> None:
              .config("spark.ui.showConsoleProgress", "false").config("spark.default.parallelism", "2").getOrCreate())
     sc = spark.sparkContext
     sc.setLogLevel("FATAL")
-    run_stream(args.elements)  # warm: Python workers started, Beam imported in them
+    run_stream(args.elements, args.per)  # warm: Python workers started, Beam imported in them
     before = max(sc.statusTracker().getJobIdsForGroup(), default=-1)
-    wall = run_stream(args.elements)
+    wall = run_stream(args.elements, args.per)
 
     def get(path: str):
         with urllib.request.urlopen(f"{sc.uiWebUrl}/api/v1/{path}", timeout=30) as r:
@@ -119,6 +127,10 @@ def main() -> None:
           f"stages {len(stages)}, tasks {sum(s['numTasks'] for s in stages)}, "
           f"task run {sum(s['executorRunTime'] for s in stages) / 1e3:.2f} s")
     print(f"trivial two-task PySpark job, median: map {floor['map']:.3f} s, partitionBy {floor['partitionBy']:.3f} s")
+    if args.direct:
+        direct = min(run_stream(args.elements, args.per, "BundleBasedDirectRunner") for _ in range(2))
+        print(f"DirectRunner (streaming), best of 2: {direct:.2f} s; SparkRunner / DirectRunner speed "
+              f"{direct / wall:.2f}x")
     spark.stop()
 
 
