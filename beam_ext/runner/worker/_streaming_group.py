@@ -3,8 +3,8 @@
 This is the Python DirectRunner's streaming GroupAlsoByWindow
 (``_StreamingGroupAlsoByWindowEvaluator``) inside a Spark task: one
 ``InMemoryUnmergedState`` per key, Beam's ``GeneralTriggerDriver`` deciding
-panes (under the default trigger, the same driver doing its per-element
-work once per window: :mod:`._default_trigger`), elements processed under
+panes (in windows that do not merge, the same driver doing part of its
+per-element work once per window: :mod:`._trigger_driver`), elements processed under
 the input watermark the group had before this batch, then timers (end of
 window, garbage collection, processing-time triggers) fired under the new
 one. The per-key states of a partition are saved as one version per batch,
@@ -22,8 +22,8 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Timesta
 
 from beam_ext.runner._shuffle import unpack
 from beam_ext.runner.state import _versioned as versioned
-from beam_ext.runner.worker._default_trigger import trigger_driver
 from beam_ext.runner.worker._streaming import BatchContext, ReportFn, TaskSummary
+from beam_ext.runner.worker._trigger_driver import trigger_driver
 
 _CHUNK_BYTES = 4 << 20
 

@@ -1,32 +1,35 @@
-"""Beam's trigger driver, with the default trigger's per-element work done once per window.
+"""Beam's trigger driver, with its per-element work done once per window where the result is the same.
 
 A streaming GroupByKey runs Beam's ``GeneralTriggerDriver`` for every key
-(:mod:`._streaming_group`). For each element it adds the value to the
-window's state and calls the trigger's ``on_element``. Under Beam's default
-trigger (``DefaultTrigger``: fire when the watermark passes the window's
-end) ``on_element`` only sets that window's end-of-window timer, the same
-timer for every element of the window, through two layers of state
-adapters: most of the driver's time on a grouping of many small elements.
+(:mod:`._streaming_group`). For each element it checks whether the
+element's window has expired (a window's end plus the allowed lateness, a
+new ``Timestamp`` each time), adds the value to the window's state and calls
+the trigger's ``on_element``, through two layers of state adapters that
+define a class (Beam's ``without_extraction``) at every access to a
+combining state, such as ``AfterCount``'s count: most of the driver's time
+on a grouping of many small elements.
 
-:class:`DefaultTriggerDriver` is the same driver, for the default trigger
-in windows that do not merge, with five changes that leave its state,
+:class:`NonMergingTriggerDriver` is the same driver, for any trigger in
+windows that do not merge, with these changes, which leave its state,
 timers and panes as Beam's:
 
-* ``on_element`` is called once per window of a call, after its elements
-  are added, instead of once per element (it sets one timer to one time);
 * whether a window has expired is computed once per window, not per element;
-* a window's elements are appended to its list state at once, and their
+* a window's elements are appended to its list state at once, before the
+  trigger sees them (no trigger reads the elements' state), and their
   timestamps are not read where the hold does not depend on them (the
   end-of-window timestamp combiner);
+* under the default trigger, ``on_element`` is called once per window of a
+  call instead of once per element: it only sets the window's end-of-window
+  timer, the same timer each time; other triggers get it per element, as
+  in Beam;
 * the merging of windows, a no-op for a window function that does not
   merge, is skipped;
-* a combining state tag's accumulator view (Beam's ``without_extraction``,
-  a class defined at each call) is made once per driver, not at every
-  state access (a few per pane fired).
+* a combining state tag's accumulator view (``without_extraction``) is made
+  once per driver, not at every state access.
 
 Everything else (watermark holds, tombstones, firing, panes, timers) is
-Beam's own code. ``tests/test_default_trigger_driver.py`` compares the two
-drivers' panes and states on random inputs.
+Beam's own code. ``tests/test_trigger_driver.py`` compares the two drivers'
+panes and states on random inputs and triggers.
 """
 from __future__ import annotations
 
@@ -38,10 +41,10 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 
 
 def trigger_driver(windowing: Any, clock: Any) -> trigger.TriggerDriver:
-    """The driver a streaming GroupByKey runs: :class:`DefaultTriggerDriver`
-    where it applies, else Beam's (``trigger.create_trigger_driver``)."""
-    if windowing.triggerfn == trigger.DefaultTrigger() and not windowing.windowfn.is_merging():
-        return DefaultTriggerDriver(windowing, clock)
+    """The driver a streaming GroupByKey runs: :class:`NonMergingTriggerDriver`
+    where the windows do not merge, else Beam's (``trigger.create_trigger_driver``)."""
+    if not windowing.windowfn.is_merging():
+        return NonMergingTriggerDriver(windowing, clock)
     return trigger.create_trigger_driver(windowing, clock=clock)
 
 
@@ -50,14 +53,18 @@ class _StateAdapter(trigger.MergeableStateAdapter):
     once per driver: Beam's makes it (``without_extraction``, which defines
     a class) at every access, several times per pane fired."""
 
-    def __init__(self, raw_state: Any, views: dict[int, tuple[Any, Any]]) -> None:
+    def __init__(self, raw_state: Any, views: dict[tuple[str, int], tuple[Any, Any]]) -> None:
         super().__init__(raw_state)
         self._views = views
 
     def _view(self, tag: Any) -> Any:
-        found = self._views.get(id(tag))
-        if found is None or found[0] is not tag:
-            found = self._views[id(tag)] = (tag, tag.without_extraction())
+        # Keyed by what the view is made of: a nested trigger's context makes
+        # a new tag (``with_prefix``) at every access, with the same name and
+        # CombineFn.
+        key = (tag.tag, id(tag.combine_fn))
+        found = self._views.get(key)
+        if found is None or found[0] is not tag.combine_fn:
+            found = self._views[key] = (tag.combine_fn, tag.without_extraction())
         return found[1]
 
     def add_state(self, window: Any, tag: Any, value: Any) -> None:
@@ -84,14 +91,15 @@ class _StateAdapter(trigger.MergeableStateAdapter):
         return tag.combine_fn.extract_output(tag.combine_fn.merge_accumulators(values))
 
 
-class DefaultTriggerDriver(trigger.GeneralTriggerDriver):
-    """Beam's ``GeneralTriggerDriver`` for the default trigger in non-merging windows (see the module)."""
+class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
+    """Beam's ``GeneralTriggerDriver`` for windows that do not merge (see the module)."""
 
     def __init__(self, windowing: Any, clock: Any) -> None:
         super().__init__(windowing, clock)
+        self._default = windowing.triggerfn == trigger.DefaultTrigger()
         # The state is wrapped here, in the adapter above, not by Beam's code.
         self.is_merging = False
-        self._views: dict[int, tuple[Any, Any]] = {}
+        self._views: dict[tuple[str, int], tuple[Any, Any]] = {}
 
     def process_timer(self, window_id: Any, name: str, time_domain: Any, timestamp: Timestamp, state: Any,
                       input_watermark: Timestamp | None = None) -> Iterator[Any]:
@@ -130,7 +138,11 @@ class DefaultTriggerDriver(trigger.GeneralTriggerDriver):
                 state.add_state(window, self.WATERMARK_HOLD, output_time)
             context = state.at(window, self.clock)
             state.add_all(window, self.ELEMENTS, [wv.value for wv in elements])
-            self.trigger_fn.on_element(elements[-1].value, window, context)
+            if self._default:
+                self.trigger_fn.on_element(elements[-1].value, window, context)
+            else:
+                for wv in elements:
+                    self.trigger_fn.on_element(wv.value, window, context)
             if self.trigger_fn.should_fire(TimeDomain.WATERMARK, input_watermark, window, context):
                 finished = self.trigger_fn.on_fire(input_watermark, window, context)
                 yield self._output(window, finished, state, output_watermark, False)
