@@ -386,6 +386,33 @@ def test_groupings_on_separate_branches_share_a_spark_job(spark, tmp_path):
     assert read_lines(str(tmp_path / "spark.jsonl")) == read_lines(str(tmp_path / "direct.jsonl"))
 
 
+def test_a_micro_batch_runs_each_partition_once(spark, tmp_path):
+    """A grouping's stage and the stage reading its output are computed by the
+    reader's tasks, not each in tasks of its own, and no empty partition is
+    added to a shuffle: no Spark stage of a micro-batch has more tasks than
+    the runner's parallelism (two here)."""
+    def build(p):
+        stream = TestStream()
+        for i in range(4):
+            stream = stream.add_elements([TV((f"k{i % 3}", i), i), TV(("j", i), i)]).advance_watermark_to(i)
+        return _panes(p | stream.advance_watermark_to_infinity()
+                      | beam.WindowInto(window.FixedWindows(2), trigger=trigger.AfterWatermark(
+                          early=trigger.AfterCount(2)), accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+                      | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sorted(vs))))
+
+    sc = spark.sparkContext
+    before = _last_job(sc)
+    with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
+        _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "spark.jsonl")))
+    tracker = sc.statusTracker()
+    tasks = [tracker.getStageInfo(stage).numTasks
+             for job in range(before + 1, _last_job(sc) + 1) for stage in tracker.getJobInfo(job).stageIds]
+    assert tasks and max(tasks) <= 2, tasks
+    with beam.Pipeline(runner="BundleBasedDirectRunner", options=PipelineOptions(["--streaming"])) as p:
+        _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "direct.jsonl")))
+    assert read_lines(str(tmp_path / "spark.jsonl")) == read_lines(str(tmp_path / "direct.jsonl"))
+
+
 class _KeepSeen(beam.DoFn):
     """A stateful DoFn: its input is keyed, so a Flatten before it gets a stage of its own."""
 

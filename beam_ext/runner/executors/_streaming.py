@@ -122,6 +122,7 @@ class StreamingExecutor(BatchExecutor):
         self._uses_test_clock = any(s.test_stream is not None for s in plan.stages)
         self.progress = Progress()
         self._lock = threading.Lock()
+        self._empties: dict[int, Any] = {}
         self._watermarks = make_watermarks(watermarks, self._sc, plan, parallelism, self._producers,
                                            self._group_owner, tracker_options)
 
@@ -225,6 +226,7 @@ class StreamingExecutor(BatchExecutor):
         self._buffers = {}
         self._grouped = {}
         self._buffer_owners = {}
+        self._side_chunks = {}
 
     # -- one micro-batch ---------------------------------------------------
     def _run_batch(self) -> bool:
@@ -388,9 +390,14 @@ class StreamingExecutor(BatchExecutor):
             return
         pending, self._pending = self._pending, []
         steps = tuple(dict.fromkeys(step for p in pending for step in p.steps))
+        # A pending stage another pending stage reads is computed (and kept,
+        # its RDD is persisted) by that reader's tasks: draining only the
+        # stages nobody reads runs each partition once, in fewer tasks.
+        read = {owner for p in pending for owner in p.reads}
+        leaves = [p.rdd for p in pending if p.owner not in read]
         started = time.monotonic()
         with translate_spark_error(steps):
-            self._sc.union([p.rdd for p in pending]).foreachPartition(_drain)
+            (leaves[0] if len(leaves) == 1 else self._sc.union(leaves)).foreachPartition(_drain)
         _LOG.debug("batch %d: one Spark job ran %s in %.3fs", progress.batch,
                    "; ".join("+".join(p.steps) or p.name for p in pending), time.monotonic() - started)
         reports = self._reports.value
@@ -423,11 +430,19 @@ class StreamingExecutor(BatchExecutor):
     def _read(self, buffer_id: bytes):
         if buffer_id == IMPULSE_BUFFER:
             if self._batch_progress.impulse_done:
-                return self._sc.parallelize([], 1)
+                return self._empty(1)
             return self._sc.parallelize([ENCODED_IMPULSE_VALUE] + self._watermarks.impulse_records(), 1)
         if buffer_id in self._group_owner:
-            return self._grouped.get(buffer_id) or self._sc.parallelize([], 1)
+            return self._grouped.get(buffer_id) or self._empty(1)
         return super()._read(buffer_id)
+
+    def _empty(self, partitions: int):
+        """An RDD of ``partitions`` empty partitions, made once: a micro-batch
+        reads several, and each ``parallelize`` writes a file for the JVM."""
+        rdd = self._empties.get(partitions)
+        if rdd is None:
+            rdd = self._empties[partitions] = self._sc.parallelize([], partitions)
+        return rdd
 
     def _write_from(self, owner: str, buffer_id: bytes, rdd) -> None:
         self._buffers.setdefault(buffer_id, []).append(rdd)
@@ -465,6 +480,7 @@ class StreamingExecutor(BatchExecutor):
             read_version=progress.state_versions.get(owner),
             previous_watermark=self.progress.input_watermark(owner),
             watermark=watermark, processing_time=now)
+        reads = self._owners_read(stage.inputs)
         records = self._streaming_input(stage, owner, progress)
         # Side inputs a checkpoint of an earlier release kept as Fn API state
         # are read by Beam's bundle processor, as they were then.
@@ -477,11 +493,15 @@ class StreamingExecutor(BatchExecutor):
         out = records.mapPartitionsWithIndex(self._watermarks.task(
             owner, task, self._reporter(progress.batch, owner), progress))
         self._launch(_Pending(owner, stage.name, out, stage.steps,
-                              {i: b for i, b in enumerate(stage.outputs)}, stage.source_pcolls))
+                              {i: b for i, b in enumerate(stage.outputs)}, stage.source_pcolls, reads))
         if stage.keeps_state:
             progress.state_versions[owner] = progress.batch
         for index, buffer_id in enumerate(stage.outputs):
             self._write_from(owner, buffer_id, out.filter(lambda r, i=index: r[0] == i).values())
+
+    def _owners_read(self, buffers) -> frozenset[str]:
+        """The owners whose outputs a stage reading ``buffers`` reads in this batch."""
+        return frozenset(owner for b in buffers if self._has_input(b) for owner in self._buffer_owners.get(b, ()))
 
     def _launch(self, pending: _Pending) -> None:
         from pyspark import StorageLevel
@@ -509,9 +529,9 @@ class StreamingExecutor(BatchExecutor):
         if not stage.keeps_state:
             parts = [_tag(i, self._read(b)) for i, b in enumerate(stage.inputs) if self._has_input(b)]
             if not parts:
-                return self._sc.parallelize([], 1)
+                return self._empty(1)
             return parts[0] if len(parts) == 1 else self._sc.union(parts)
-        parts = [self._sc.parallelize([], 1)]
+        parts = []
         for i, buffer_id in enumerate(stage.inputs):
             if not self._has_input(buffer_id):
                 continue
@@ -525,7 +545,9 @@ class StreamingExecutor(BatchExecutor):
                 parts.append(rdd.mapPartitionsWithIndex(self._watermarks.shuffle_side(
                     owner, functools.partial(_round_robin, splitter, i, self._parallelism),
                     stage.input_coders[i], False, progress)))
-        records = self._sc.union(parts).partitionBy(self._parallelism, identity_partition).values()
+        # Without input this batch (timers due), the state's partitions still run.
+        blobs = self._sc.union(parts) if len(parts) > 1 else (parts[0] if parts else self._empty(1))
+        records = blobs.partitionBy(self._parallelism, identity_partition).values()
         return records.map(_unkeyed_chunk) if stage.keyed else records
 
     def _streaming_side_inputs(self, number: int, stage: PlannedStage, progress: Progress):
@@ -554,21 +576,44 @@ class StreamingExecutor(BatchExecutor):
         entries of all, for Beam's bundle processor."""
         state = progress.side_inputs.get(number)
         if state is None:
-            state = [] if stage.direct is not None else {}
             for spec in stage.side_inputs:
                 if self._produced_watermark(spec.buffer, progress) < MAX_TIMESTAMP:
                     raise NotImplementedError(
                         f"SparkRunner streaming: the side input {spec.tag!r} of {stage.steps[0]!r} "
                         "comes from an unbounded PCollection; side inputs must be bounded for now")
-                with translate_spark_error(stage.steps):
-                    chunks = super()._read(spec.buffer).collect() if self._has_input(spec.buffer) else []
-                chunks = [c for c in chunks if isinstance(c, bytes)]  # without tracker markers
+            self._collect_side_inputs(stage)
+            state = [] if stage.direct is not None else {}
+            for spec in stage.side_inputs:
+                chunks = self._side_chunks[spec.buffer]
                 if stage.direct is not None:
                     state.append(chunks)
                 else:
                     state.update(side_input_state(spec, chunks))
             progress.side_inputs[number] = state
         return state
+
+    def _collect_side_inputs(self, stage: PlannedStage) -> None:
+        """Lists the stage's complete side inputs not listed yet, in one Spark job.
+
+        One read by several stages (a write's initialization, read by its
+        three steps) is collected once in the batch that completes it; each
+        stage keeps its side inputs' state from then on.
+        """
+        wanted = list(dict.fromkeys(
+            spec.buffer for spec in stage.side_inputs
+            if spec.buffer not in self._side_chunks and self._has_input(spec.buffer)))
+        if wanted:
+            read = super()._read
+            tagged = [_tag(i, read(b)) for i, b in enumerate(wanted)]
+            with translate_spark_error(stage.steps):
+                collected = (tagged[0] if len(tagged) == 1 else self._sc.union(tagged)).collect()
+            lists: list[list[bytes]] = [[] for _ in wanted]
+            for index, chunk in collected:
+                if isinstance(chunk, bytes):  # without tracker markers
+                    lists[index].append(chunk)
+            self._side_chunks.update(zip(wanted, lists))
+        for spec in stage.side_inputs:
+            self._side_chunks.setdefault(spec.buffer, [])
 
     # -- GroupByKey --------------------------------------------------------
     def _run_group(self, buffer_id: bytes, progress: Progress, now: Timestamp) -> None:
@@ -581,12 +626,13 @@ class StreamingExecutor(BatchExecutor):
         if not has_input and not summary.has_due_work(watermark, now):
             return
         if has_input:
-            parts = [self._sc.parallelize([], 1), *self._buffers[buffer_id]]
-            blobs = self._sc.union(parts).partitionBy(self._parallelism, identity_partition)
+            parts = self._buffers[buffer_id]
+            blobs = (self._sc.union(parts) if len(parts) > 1 else parts[0]).partitionBy(
+                self._parallelism, identity_partition)
         else:
             # Only timers are due (a watermark moved): the group's partitions
             # run without a shuffle, a Spark job of one stage instead of two.
-            blobs = self._sc.parallelize([], self._parallelism)
+            blobs = self._empty(self._parallelism)
         context = BatchContext(
             batch=progress.batch, owner=owner, state_root=self._log.state_root,
             read_version=progress.state_versions.get(owner),
@@ -599,8 +645,9 @@ class StreamingExecutor(BatchExecutor):
         gbk = split_buffer_id(buffer_id)[1]
         # Logs and errors name the user's step; the transform id keys the
         # stage's metrics, in checkpoints too.
+        reads = frozenset(self._buffer_owners.get(buffer_id, ()) if has_input else ())
         self._launch(_Pending(owner, f"GroupByKey {gbk}", out, (self._plan.groups[buffer_id].step,),
-                              {0: buffer_id}))
+                              {0: buffer_id}, reads=reads))
         progress.state_versions[owner] = progress.batch
         self._grouped[buffer_id] = out
         self._buffer_owners[buffer_id] = [owner]
@@ -616,6 +663,7 @@ class _Pending:
     steps: tuple[str, ...]
     outputs: dict[int, bytes]  # output index -> buffer
     source_pcolls: tuple[str, ...] = ()
+    reads: frozenset[str] = frozenset()  # owners of the inputs it reads in this batch
 
 
 def _element_count(serialized: list[bytes], pcolls: tuple[str, ...]) -> int:
