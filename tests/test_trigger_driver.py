@@ -9,6 +9,8 @@ must be equal.
 """
 from __future__ import annotations
 
+import pickle
+
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import Windowing
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
@@ -16,6 +18,7 @@ from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from beam_ext.runner.worker._streaming_group import _freeze, _thaw, _Windows
 from beam_ext.runner.worker._trigger_driver import NonMergingTriggerDriver, trigger_driver
 
 _WINDOW_FNS = [window.GlobalWindows(), window.FixedWindows(10), window.SlidingWindows(10, 5)]
@@ -65,24 +68,32 @@ def runs(draw):
 def _snapshot(state: trigger.InMemoryUnmergedState) -> tuple:
     return ({w: dict(t) for w, t in state.timers.items() if t},
             {w: {tag: list(v) for tag, v in tags.items()} for w, tags in state.state.items() if tags},
-            dict(state.global_state))
+            {tag: dict(value) if isinstance(value, dict) else value  # window ids, changed in place later
+             for tag, value in state.global_state.items()})
 
 
 def _pane(wv) -> tuple:
     return wv.value, wv.timestamp, wv.windows, wv.pane_info
 
 
-def _run(driver, windowing, batches) -> list:
-    """Each batch's panes and the state after it, as ``run_streaming_group`` drives a key."""
+def _run(driver, windowing, batches, task_windows: bool = False) -> list:
+    """Each batch's panes and the state after it, as ``run_streaming_group`` drives a key.
+
+    With ``task_windows``, as the group task does it: the state is saved and
+    read back between batches, and each batch's windows, the read state's
+    included, are one object per window (``_Windows``)."""
     state = trigger.InMemoryUnmergedState()
     output_watermark = input_watermark = MIN_TIMESTAMP
     seen = []
     for elements, after in batches:
+        objects = _Windows()
+        if task_windows:
+            state = _thaw(pickle.loads(pickle.dumps(_freeze(state))), objects)
         values = []
         for value, ts in elements:
             stamp = Timestamp(ts)
             windows = windowing.windowfn.assign(window.WindowFn.AssignContext(stamp, element=value))
-            values.append(WindowedValue(value, stamp, windows))
+            values.append(WindowedValue(value, stamp, objects.of(tuple(windows)) if task_windows else windows))
         panes = [_pane(p) for p in driver.process_elements(state, values, output_watermark, input_watermark)]
         input_watermark = Timestamp(after)
         while True:
@@ -105,6 +116,7 @@ def test_our_driver_equals_beams_driver(run):
     driver = NonMergingTriggerDriver(windowing, _Clock())
     ours = _run(driver, windowing, batches)
     assert ours == beams
+    assert _run(NonMergingTriggerDriver(windowing, _Clock()), windowing, batches, task_windows=True) == beams
     # Nested triggers make a new state tag at every access: the views made stay few.
     assert len(driver._views) <= 8
 

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Iterator
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.transforms import trigger
 from apache_beam.transforms.timeutil import TimeDomain
+from apache_beam.transforms.window import IntervalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Timestamp
 
 from beam_ext.runner._shuffle import unpack
@@ -45,7 +46,7 @@ def _freeze(state: trigger.InMemoryUnmergedState) -> tuple:
             dict(state.global_state))
 
 
-def _thaw(frozen: tuple) -> trigger.InMemoryUnmergedState:
+def _thaw(frozen: tuple, windows: _Windows) -> trigger.InMemoryUnmergedState:
     state = trigger.InMemoryUnmergedState()
     timers, tagged, global_state = frozen
     for window, table in timers.items():
@@ -53,7 +54,49 @@ def _thaw(frozen: tuple) -> trigger.InMemoryUnmergedState:
     for window, tags in tagged.items():
         state.state[window].update(tags)
     state.global_state.update(global_state)
+    ids = state.global_state.get(_WINDOW_IDS)
+    if ids:
+        state.global_state[_WINDOW_IDS] = {windows.one(window): window_ids for window, window_ids in ids.items()}
     return state
+
+
+_WINDOW_IDS = trigger.MergeableStateAdapter.WINDOW_IDS.tag
+
+
+class _Windows:
+    """One object per distinct window in a task.
+
+    Beam's trigger driver finds a window's state by looking the window up in
+    a dict (its ``MergeableStateAdapter``'s window ids) at every state
+    access. Beam's ``IntervalWindow`` hashes and compares by reading
+    ``MIN_TIMESTAMP.micros`` and ``MAX_TIMESTAMP.micros``, Python properties,
+    each time, so a lookup with an equal window from another element costs
+    a hash and a comparison; with the very object that is the key, Python's
+    dict skips the comparison. Equal windows are interchangeable, so the
+    state, timers and panes are unchanged.
+    """
+
+    def __init__(self) -> None:
+        self._windows: dict[tuple[int, int], Any] = {}
+        self._tuples: dict[tuple[int, int], tuple] = {}
+
+    def one(self, window: Any) -> Any:
+        if type(window) is not IntervalWindow:
+            return window
+        return self._windows.setdefault((window._start_micros, window._end_micros), window)
+
+    def of(self, windows: tuple) -> tuple:
+        """``windows`` (an element's), as the task's objects; the tuple too, for a single window."""
+        if len(windows) != 1:
+            return tuple(map(self.one, windows))
+        window = windows[0]
+        if type(window) is not IntervalWindow:
+            return windows
+        key = (window._start_micros, window._end_micros)
+        same = self._tuples.get(key)
+        if same is None:
+            same = self._tuples[key] = (self.one(window),)
+        return same
 
 
 _PANE_COUNTS = frozenset({trigger.GeneralTriggerDriver.INDEX.tag,
@@ -74,7 +117,8 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
     """Groups one shuffled partition of one batch; yields encoded chunks of panes, reports a summary."""
     saved = versioned.read(context.state_root, context.owner, partition, context.read_version) \
         if context.read_version is not None else None
-    states = {key: _thaw(frozen) for key, frozen in (saved or {}).items()}
+    windows = _Windows()
+    states = {key: _thaw(frozen, windows) for key, frozen in (saved or {}).items()}
     driver = trigger_driver(group.windowing, _BatchClock(context.processing_time))
     pre_impl = group.pre_coder.get_impl()
     key_impl = group.pre_coder.wrapped_value_coder.key_coder().get_impl()
@@ -95,7 +139,9 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
     by_key: dict[bytes, list] = collections.defaultdict(list)
     for encoded_key, element in unpack(blobs):
         wv = pre_impl.decode_nested(element)
-        by_key[encoded_key].append(wv.with_value(wv.value[1]))
+        value = wv.with_value(wv.value[1])
+        value.windows = windows.of(value.windows)
+        by_key[encoded_key].append(value)
     for encoded_key, values in by_key.items():
         state = states.get(encoded_key)
         if state is None:

@@ -56,6 +56,7 @@ class _StateAdapter(trigger.MergeableStateAdapter):
     def __init__(self, raw_state: Any, views: dict[tuple[str, int], tuple[Any, Any]]) -> None:
         super().__init__(raw_state)
         self._views = views
+        self._by_object: dict[int, tuple[Any, list]] = {}
 
     def _view(self, tag: Any) -> Any:
         # Keyed by what the view is made of: a nested trigger's context makes
@@ -66,6 +67,35 @@ class _StateAdapter(trigger.MergeableStateAdapter):
         if found is None or found[0] is not tag.combine_fn:
             found = self._views[key] = (tag.combine_fn, tag.without_extraction())
         return found[1]
+
+    # A trigger's every state access and timer looks its window up in the
+    # window ids, and hashing Beam's IntervalWindow reads two Timestamp
+    # properties each time. The group task hands the driver one object per
+    # window (:mod:`._streaming_group`), so the ids are also found by the
+    # window object's identity; an equal window of another object is looked
+    # up as Beam does.
+    def _ids(self, window: Any) -> list | None:
+        found = self._by_object.get(id(window))
+        if found is not None and found[0] is window:
+            return found[1]
+        ids = self.window_ids.get(window)
+        if ids is not None:
+            self._by_object[id(window)] = (window, ids)
+        return ids
+
+    def _get_id(self, window: Any) -> Any:
+        ids = self._ids(window)
+        if ids is not None:
+            return ids[0]
+        return super()._get_id(window)
+
+    def _get_ids(self, window: Any) -> list:
+        return self._ids(window) or []
+
+    def clear_state(self, window: Any, tag: Any) -> None:
+        super().clear_state(window, tag)
+        if tag is None:  # the window's ids are gone
+            self._by_object.clear()
 
     def add_state(self, window: Any, tag: Any, value: Any) -> None:
         if not isinstance(tag, trigger._CombiningValueStateTag):
@@ -112,8 +142,12 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
         lateness = self.allowed_lateness
         expired: set[Any] = set()
         by_window: dict[Any, list] = {}
+        last, last_elements = None, []  # consecutive elements mostly share their window object
         for wv in windowed_values:
             for window in wv.windows:
+                if window is last:
+                    last_elements.append(wv)
+                    continue
                 elements = by_window.get(window)
                 if elements is None:
                     if window in expired:
@@ -123,6 +157,7 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
                         continue
                     elements = by_window[window] = []
                 elements.append(wv)
+                last, last_elements = window, elements
         combiner = self.timestamp_combiner_impl
         # A window's hold under the end-of-window combiner does not depend on its
         # elements (Beam's merge ignores them), so their timestamps, which a
