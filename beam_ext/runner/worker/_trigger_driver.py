@@ -25,7 +25,11 @@ timers and panes as Beam's:
 * the merging of windows, a no-op for a window function that does not
   merge, is skipped;
 * a combining state tag's accumulator view (``without_extraction``) is made
-  once per driver, not at every state access.
+  once per driver, not at every state access;
+* a window's state ids are found by the window object first: the group
+  task hands the driver one object per window (``_Windows`` in
+  :mod:`._streaming_group`), and Beam's ``IntervalWindow`` is slow to hash
+  and compare.
 
 Everything else (watermark holds, tombstones, firing, panes, timers) is
 Beam's own code. ``tests/test_trigger_driver.py`` compares the two drivers'
