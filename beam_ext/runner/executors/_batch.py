@@ -330,13 +330,7 @@ class BatchExecutor:
             # result as a side input). The job computes the stages chained so
             # far that they need; a failure names their steps too.
             wanted += self._complete_side_inputs(stage, wanted)
-            tagged = [_tag(i, self._read(buffer)) for i, buffer in enumerate(wanted)]
-            with self._action(stage):
-                collected = (tagged[0] if len(tagged) == 1 else self._sc.union(tagged)).collect()
-            for buffer in wanted:
-                self._side_chunks[buffer] = []
-            for index, chunk in collected:
-                self._side_chunks[wanted[index]].append(chunk)
+            self._side_chunks.update(zip(wanted, self._collect_buffers(wanted, self._action(stage))))
         chunks: list[list[bytes]] = []
         for spec in stage.side_inputs:
             listed = self._driver_values.get(spec.buffer)
@@ -347,6 +341,19 @@ class BatchExecutor:
             coder, values = listed
             chunks.append(list(_encode_partition(coder, values())))
         return chunks
+
+    def _collect_buffers(self, buffers: list[bytes], action) -> list[list]:
+        """The chunks of each of ``buffers``, listed on the driver in one Spark
+        job run under ``action`` (which names the steps a failure comes from)."""
+        # The batch reading: the streaming executor's own _read serves its
+        # groupings and impulse, which side inputs do not read through here.
+        tagged = [_tag(i, BatchExecutor._read(self, buffer)) for i, buffer in enumerate(buffers)]
+        with action:
+            collected = (tagged[0] if len(tagged) == 1 else self._sc.union(tagged)).collect()
+        lists: list[list] = [[] for _ in buffers]
+        for index, chunk in collected:
+            lists[index].append(chunk)
+        return lists
 
     def _complete_side_inputs(self, stage: PlannedStage, wanted: list[bytes]) -> list[bytes]:
         """Side inputs of the stages after ``stage`` (not in ``wanted``) whose

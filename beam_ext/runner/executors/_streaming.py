@@ -603,15 +603,10 @@ class StreamingExecutor(BatchExecutor):
             spec.buffer for spec in stage.side_inputs
             if spec.buffer not in self._side_chunks and self._has_input(spec.buffer)))
         if wanted:
-            read = super()._read
-            tagged = [_tag(i, read(b)) for i, b in enumerate(wanted)]
-            with translate_spark_error(stage.steps):
-                collected = (tagged[0] if len(tagged) == 1 else self._sc.union(tagged)).collect()
-            lists: list[list[bytes]] = [[] for _ in wanted]
-            for index, chunk in collected:
-                if isinstance(chunk, bytes):  # without tracker markers
-                    lists[index].append(chunk)
-            self._side_chunks.update(zip(wanted, lists))
+            lists = self._collect_buffers(wanted, translate_spark_error(stage.steps))
+            self._side_chunks.update(
+                (buffer, [c for c in chunks if isinstance(c, bytes)])  # without tracker markers
+                for buffer, chunks in zip(wanted, lists))
         for spec in stage.side_inputs:
             self._side_chunks.setdefault(spec.buffer, [])
 

@@ -77,13 +77,10 @@ class _Windows:
     """
 
     def __init__(self) -> None:
-        self._windows: dict[tuple[int, int], Any] = {}
-        self._tuples: dict[tuple[int, int], tuple] = {}
+        self._singles: dict[tuple[int, int], tuple] = {}  # (start, end) -> (the window,)
 
     def one(self, window: Any) -> Any:
-        if type(window) is not IntervalWindow:
-            return window
-        return self._windows.setdefault((window._start_micros, window._end_micros), window)
+        return self.of((window,))[0]
 
     def of(self, windows: tuple) -> tuple:
         """``windows`` (an element's), as the task's objects; the tuple too, for a single window."""
@@ -92,11 +89,7 @@ class _Windows:
         window = windows[0]
         if type(window) is not IntervalWindow:
             return windows
-        key = (window._start_micros, window._end_micros)
-        same = self._tuples.get(key)
-        if same is None:
-            same = self._tuples[key] = (self.one(window),)
-        return same
+        return self._singles.setdefault((window._start_micros, window._end_micros), windows)
 
 
 _PANE_COUNTS = frozenset({trigger.GeneralTriggerDriver.INDEX.tag,
