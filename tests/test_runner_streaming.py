@@ -277,6 +277,61 @@ def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spa
     assert sorted(read_lines(path)) == [i / 4 for i in range(12)]  # each impulse once
 
 
+def test_a_checkpoint_planned_with_a_flattens_relay_stage_resumes(spark, tmp_path, caplog):
+    """Releases before 2026-11-30 read a streaming CoGroupByKey's Flatten back
+    in a stage of its own; a checkpoint they wrote resumes with those stages,
+    the elements grouped before it was written included."""
+    import os
+    import threading
+    import time
+
+    from apache_beam.transforms import environments
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    from beam_ext.runner.executors import StreamingExecutor
+    from beam_ext.runner.planning import plan_pipeline
+
+    # Ticks from a whole second, a second or two on: the first micro-batches
+    # are not all of them, and the 1-second windows hold the ticks of one key.
+    start = float(int(time.time()) + 2)
+    path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
+
+    def build(p):
+        ticks = (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 3, fire_interval=0.25)
+                 | "Offset" >> beam.Map(lambda t: round(float(t) - start, 3))
+                 | beam.WindowInto(window.FixedWindows(1)))
+        left = ticks | "Left" >> beam.Map(lambda x: (int(x), x))
+        right = ticks | "Right" >> beam.Map(lambda x: (int(x), -x))
+        _ = ({"l": left, "r": right} | beam.CoGroupByKey()
+             | beam.MapTuple(lambda k, g: [k, sorted(g["l"]), sorted(g["r"])]) | beam.ParDo(AppendLines(path)))
+
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    build(p)
+    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    sc = spark.sparkContext
+    earlier = plan_pipeline(proto, 1 << 20, sc.defaultParallelism, streaming=True, flattens_write_groupings=False)
+    assert any(stage.inputs and all(b.startswith(b"materialize:") and b.endswith(b"Flatten") for b in stage.inputs)
+               for stage in earlier.stages)
+    executor = StreamingExecutor(sc, earlier, sc.defaultParallelism, checkpoint, batch_interval=0.05)
+    thread = threading.Thread(target=executor.run)
+    thread.start()
+    while not os.path.exists(os.path.join(checkpoint, "commits", "3.commit")):
+        assert thread.is_alive()
+        time.sleep(0.02)
+    executor.stop()
+    thread.join()
+    assert len(read_lines(path)) < 3  # windows fire as the watermark passes them: not all yet
+
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
+                ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as p:
+            build(p)
+    assert any("a stage reads a Flatten back" in r.getMessage() for r in caplog.records)
+    ticks = [i / 4 for i in range(12)]
+    assert sorted(read_lines(path)) == [[k, [t for t in ticks if int(t) == k], sorted(-t for t in ticks if int(t) == k)]
+                                        for k in range(3)]  # each impulse once
+
+
 def test_a_checkpoint_of_another_pipeline_is_refused(spark, tmp_path):
     from beam_ext.runner.executors._commit_log import CheckpointMismatch
 

@@ -136,9 +136,9 @@ def test_stateless_stage_metrics_count_every_element(spark, tmp_path):
     assert planned_on_objects(build, "Seen", streaming=True) == [True]
 
 
-def test_cogroupbykey_relay_stage_runs_on_objects(spark, tmp_path):
-    """In streaming, a CoGroupByKey's Flatten is a stage that only reads the
-    tagged inputs back and writes the grouping's shuffle: on objects too."""
+def test_cogroupbykey_stages_run_on_objects(spark, tmp_path):
+    """In streaming, a CoGroupByKey's tagging stages write the grouping's
+    shuffle themselves, as in batch, and run on objects."""
     events = [("elements", [("a", 1, 1), ("b", 2, 12), ("a", 3, 4)]), ("watermark", 11),
               ("elements", [("a", 4, 15), ("b", 5, 3)]),  # 5 comes late, past no lateness: dropped
               ("elements", [("b", 6, 19)])]
@@ -155,5 +155,6 @@ def test_cogroupbykey_relay_stage_runs_on_objects(spark, tmp_path):
     out = streaming_equals_direct(build, tmp_path)
     assert sorted(out) == [["a", [1, 3], [-3, -1], "[0.0, 10.0)"], ["a", [4], [-4], "[10.0, 20.0)"],
                            ["b", [2, 6], [-6, -2], "[10.0, 20.0)"]]
-    # Both tagging stages, the Flatten's relay and the stage after the grouping.
-    assert planned_on_objects(build, "CoGroupByKey", streaming=True) == [True] * 4
+    # Both tagging stages and the stage after the grouping; no stage between
+    # the Flatten and the grouping (test_flatten_to_grouping.py).
+    assert planned_on_objects(build, "CoGroupByKey", streaming=True) == [True] * 3

@@ -129,20 +129,18 @@ class SparkRunner(runner.PipelineRunner):
         parallelism = spark_options.spark_parallelism or sc.defaultParallelism
         resumable = streaming and spark_options.checkpoint_dir
         if resumable:
-            unplanned = beam_runner_api_pb2.Pipeline()
-            unplanned.CopyFrom(proto)  # planning changes the proto it plans
+            unplanned = _copy(proto)
 
-        def plan_it(pipeline_proto, split_after_splittable: bool = True):
+        def plan_it(pipeline_proto, **layout):
             return plan_pipeline(pipeline_proto, spark_options.spark_bundle_size, parallelism,
                                  spark_options.spark_state_backend, spark_options.spark_state_memory,
                                  is_drain=self._is_drain, streaming=streaming,
-                                 group_memory_bytes=spark_options.spark_group_memory,
-                                 split_after_splittable=split_after_splittable)
+                                 group_memory_bytes=spark_options.spark_group_memory, **layout)
 
         plan = plan_it(proto)
         if resumable:
             plan = _plan_of_checkpoint(spark_options.checkpoint_dir, parallelism, plan,
-                                       lambda: plan_it(unplanned, split_after_splittable=False))
+                                       lambda layout: plan_it(_copy(unplanned), **layout))
         for stage in plan.stages:
             if stage.spec is not None:
                 stage.spec = dataclasses.replace(stage.spec, worker_setup=worker_setup)
@@ -163,20 +161,36 @@ class SparkRunner(runner.PipelineRunner):
         return SparkPipelineResult(runner.PipelineState.DONE, execution.monitoring)
 
 
-def _plan_of_checkpoint(checkpoint_dir: str, parallelism: int, plan, unsplit):
-    """``plan``, or the plan a checkpoint was written with by a release that did
-    not give the steps after a splittable ``DoFn`` a stage of their own:
-    resuming it needs its stages. Any other checkpoint is the commit log's
-    to accept or refuse."""
+# How earlier releases planned a streaming pipeline, newest first: the
+# planning options that give their stages, and what differs.
+_EARLIER_LAYOUTS = (
+    (dict(flattens_write_groupings=False), "a stage reads a Flatten back into a GroupByKey's shuffle"),
+    (dict(flattens_write_groupings=False, split_after_splittable=False),
+     "a stage reads a Flatten back into a GroupByKey's shuffle; the steps after a splittable DoFn share its stage"),
+)
+
+
+def _copy(proto: beam_runner_api_pb2.Pipeline) -> beam_runner_api_pb2.Pipeline:
+    copy = beam_runner_api_pb2.Pipeline()
+    copy.CopyFrom(proto)  # planning changes the proto it plans
+    return copy
+
+
+def _plan_of_checkpoint(checkpoint_dir: str, parallelism: int, plan, plan_as):
+    """``plan``, or the plan a checkpoint was written with by an earlier
+    release (:data:`_EARLIER_LAYOUTS`; ``plan_as(layout)`` plans with a
+    layout's options): resuming it needs its stages. Any other checkpoint is
+    the commit log's to accept or refuse."""
     stored = CommitLog.stored_fingerprint(checkpoint_dir)
     if stored is None or stored == fingerprint(plan, parallelism):
         return plan
-    earlier = unsplit()
-    if stored != fingerprint(earlier, parallelism):
-        return plan
-    _LOG.info("Resuming %s with its stages as they were planned when it was written: "
-              "the steps after a splittable DoFn share its stage", checkpoint_dir)
-    return earlier
+    for layout, differs in _EARLIER_LAYOUTS:
+        earlier = plan_as(layout)
+        if stored == fingerprint(earlier, parallelism):
+            _LOG.info("Resuming %s with its stages as they were planned when it was written: %s",
+                      checkpoint_dir, differs)
+            return earlier
+    return plan
 
 
 def _job_name(options: pipeline_options.PipelineOptions) -> str:

@@ -34,7 +34,7 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   partitions: int, state_backend: str = "memory",
                   state_memory_bytes: int = 256 << 20, is_drain: bool = False,
                   streaming: bool = False, group_memory_bytes: int = 256 << 20,
-                  split_after_splittable: bool = True) -> Plan:
+                  split_after_splittable: bool = True, flattens_write_groupings: bool = True) -> Plan:
     """Plans ``proto`` (modified in place by native substitution).
 
     ``streaming``: TestStream stays a runner-executed source, and composites
@@ -42,6 +42,10 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     ``split_after_splittable`` (streaming): the steps after a splittable
     ``DoFn`` get a stage of their own (:func:`._phases.split_after_splittable`);
     False plans as releases before it did, for their checkpoints.
+    ``flattens_write_groupings`` (streaming): a Flatten read at once by a
+    GroupByKey is written to its shuffle by its inputs
+    (:func:`._phases.write_flattens_to_their_grouping`, always in batch);
+    False plans as releases before 2026-11-30 did, for their checkpoints.
     """
     native_urns = frozenset() if streaming else substitute_natives(proto)
     if not streaming:
@@ -52,8 +56,8 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     check_supported(proto, runner_urns)
     check_flattens(proto)
     context, stages = translations.create_and_optimize_stages(
-        proto, phases=optimize_phases(streaming, split_after_splittable), known_runner_urns=runner_urns,
-        is_drain=is_drain)
+        proto, phases=optimize_phases(streaming, split_after_splittable, flattens_write_groupings),
+        known_runner_urns=runner_urns, is_drain=is_drain)
     planner = StagePlanner(context, native_urns, bundle_bytes, partitions)
     planner.state = (state_backend, state_memory_bytes)
     planner.group_memory = group_memory_bytes

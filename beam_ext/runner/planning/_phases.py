@@ -32,7 +32,7 @@ Ours:
       becomes
       [Process] [Map -> WindowInto -> shuffle]
 
-* :func:`write_flattens_to_their_grouping` (batch, after fusion): the
+* :func:`write_flattens_to_their_grouping` (after fusion): the
   inputs of a Flatten that a GroupByKey reads at once (``CoGroupByKey``)
   write the GroupByKey's shuffle themselves::
 
@@ -239,8 +239,12 @@ def _output_time(transform: beam_runner_api_pb2.PTransform, context: TransformCo
     return context.components.windowing_strategies[strategy].output_time
 
 
-def optimize_phases(streaming: bool = False, split_splittable: bool = True) -> list[Phase]:
-    """Beam's standard phases in Beam's order, with ours where they belong."""
+def optimize_phases(streaming: bool = False, split_splittable: bool = True,
+                    flattens_write_groupings: bool = True) -> list[Phase]:
+    """Beam's standard phases in Beam's order, with ours where they belong.
+
+    ``split_splittable`` and ``flattens_write_groupings`` False (streaming)
+    plan as releases before those phases did, for their checkpoints."""
     t = translations
     return [
         t.annotate_downstream_side_inputs,
@@ -254,7 +258,7 @@ def optimize_phases(streaming: bool = False, split_splittable: bool = True) -> l
         t.sink_flattens,
         *((split_after_splittable,) if streaming and split_splittable else ()),
         t.greedily_fuse,
-        *(() if streaming else (write_flattens_to_their_grouping,)),
+        *((write_flattens_to_their_grouping,) if flattens_write_groupings or not streaming else ()),
         t.read_to_impulse,
         t.impulse_to_input,
         sort_stages_by_name,
