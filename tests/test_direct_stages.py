@@ -669,8 +669,10 @@ def test_a_flattens_transcoding_stage_runs_on_objects_and_equals_beam(tmp_path):
                                                 + [[k, "GlobalWindow"] for k in range(3, 8)]))
     p = beam.Pipeline()
     _flatten_of_a_reshuffle(p)
+    # The steps after the Flatten, up to the Reshuffle's grouping, run in
+    # each of its inputs' stages (write_flattens_to_their_grouping).
     transcoding = [stage.direct is not None for stage in plan_pipeline(p.to_runner_api(), 1 << 20, 2).stages
-                   if stage.steps == ("Flatten",)]
+                   if stage.steps == ("Flatten", "Window", "Reshuffle")]
     assert transcoding == [True]
 
 

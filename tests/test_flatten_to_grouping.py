@@ -83,6 +83,77 @@ def test_a_flatten_read_by_more_than_a_grouping_keeps_its_read(tmp_path):
                                                     ["key", "b"]]
 
 
+def _flatten_then(steps, parts: list[list], side: bool = False):
+    """``parts`` flattened, then ``steps`` (on the Flatten's output), then a
+    GroupByKey; with ``side``, the first part also goes to a Partition whose
+    two outputs join the Flatten (one stage writes it twice)."""
+    def build(p):
+        inputs = [p | f"Create{i}" >> beam.Create(kvs) | f"Keep{i}" >> beam.MapTuple(lambda k, v: (k, v))
+                  for i, kvs in enumerate(parts)]
+        if side:
+            inputs += list(inputs[0] | beam.Partition(lambda kv, n: kv[1] % n, 2))
+        return (inputs | beam.Flatten() | steps | beam.GroupByKey()
+                | "Sorted" >> beam.MapTuple(lambda k, vs: [k, sorted(vs)]))
+    return build
+
+
+def _flatten_then_oracle(parts: list[list], side: bool = False) -> list:
+    groups: dict = collections.defaultdict(list)
+    for kvs in parts + ([parts[0]] if side else []):
+        for k, v in kvs:
+            groups[k % 3].append(v * 10)
+    return sorted(([k, sorted(vs)] for k, vs in groups.items()), key=repr)
+
+
+_TIMES_TEN = "TimesTen" >> beam.MapTuple(lambda k, v: (k % 3, v * 10))
+
+
+def test_a_flattens_inputs_run_the_steps_before_the_grouping_and_write_its_shuffle(tmp_path):
+    parts = [[(k, k) for k in range(20)], [(k, -k) for k in range(5)], [(7, 1)]]
+    build = _flatten_then(_TIMES_TEN, parts)
+    assert _flatten_reads(build) == []
+    assert _read_stages(build) == []
+    got = spark_equals_direct(build, tmp_path)
+    assert sorted(got, key=repr) == _flatten_then_oracle(parts)
+
+
+def test_steps_after_a_flatten_with_a_side_input_or_a_writer_writing_twice_keep_the_read(tmp_path):
+    parts = [[(k, k) for k in range(8)], [(1, 5)]]
+
+    @beam.ptransform_fn
+    def with_side(pcoll):
+        factor = pcoll.pipeline | "Factor" >> beam.Create([10])
+        return pcoll | "Times" >> beam.Map(lambda kv, f: (kv[0] % 3, kv[1] * f), f=beam.pvalue.AsSingleton(factor))
+
+    for name, build in (("side", _flatten_then(with_side(), parts)),
+                        ("twice", _flatten_then(_TIMES_TEN, parts, side=True))):
+        assert _read_stages(build), name
+        want = _flatten_then_oracle(parts, side=name == "twice")
+        assert sorted(spark_equals_direct(build, tmp_path / name), key=repr) == want
+
+
+def test_a_flatten_then_a_combine_pre_combines_in_each_input_stage(tmp_path):
+    def build(p):
+        parts = [p | f"Create{i}" >> beam.Create(range(i * 100, i * 100 + 50)) | f"Keep{i}" >> beam.Map(lambda x: x)
+                 for i in range(3)]
+        return parts | beam.Flatten() | beam.Map(lambda x: (x % 4, x)) | beam.CombinePerKey(sum) | beam.Map(list)
+    assert _read_stages(build) == []
+    got = spark_equals_direct(build, tmp_path)
+    values = [x for i in range(3) for x in range(i * 100, i * 100 + 50)]
+    assert sorted(got) == [[k, sum(x for x in values if x % 4 == k)] for k in range(4)]
+
+
+def _read_stages(build, streaming: bool = False) -> list[str]:
+    """The planned stages that read a Flatten's buffer back."""
+    p = beam.Pipeline()
+    build(p)
+    proto = p.to_runner_api()
+    flattens = {translations.create_buffer_id(t.unique_name) for t in proto.components.transforms.values()
+                if t.spec.urn == common_urns.primitives.FLATTEN.urn}
+    return [stage.label for stage in plan_pipeline(proto, 1 << 20, 2, streaming=streaming).stages
+            if flattens & set(stage.inputs)]
+
+
 _KVS = st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 40)), max_size=30)
 
 
@@ -91,6 +162,13 @@ _KVS = st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 40)), max_size=30)
 def test_cogrouped_inputs_equal_plain_python_and_beam(tmp_path_factory, left, right, windowed):
     got = spark_equals_direct(_cogroup(left, right, windowed), tmp_path_factory.mktemp("cogroup"))
     assert sorted(got, key=repr) == _cogroup_oracle(left, right, windowed)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parts=st.lists(_KVS, min_size=1, max_size=3), side=st.booleans())
+def test_steps_after_a_flatten_group_as_plain_python_and_beam(tmp_path_factory, parts, side):
+    got = spark_equals_direct(_flatten_then(_TIMES_TEN, parts, side), tmp_path_factory.mktemp("steps"))
+    assert sorted(got, key=repr) == _flatten_then_oracle(parts, side)
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -130,16 +208,20 @@ def _streams(draw) -> list[tuple[str, object]]:
     return events
 
 
+def _test_stream(events) -> TestStream:
+    stream, watermark = TestStream(coder=TupleCoder([StrUtf8Coder(), VarIntCoder()])), 0
+    for kind, arg in events:
+        if kind == "elements":
+            stream = stream.add_elements([window.TimestampedValue((k, v), ts) for k, v, ts in arg])
+        elif arg > watermark:  # a TestStream's watermark only moves forward
+            watermark = arg
+            stream = stream.advance_watermark_to(arg)
+    return stream.advance_watermark_to_infinity()
+
+
 def _stream_cogroup(events):
     def build(p):
-        stream, watermark = TestStream(coder=TupleCoder([StrUtf8Coder(), VarIntCoder()])), 0
-        for kind, arg in events:
-            if kind == "elements":
-                stream = stream.add_elements([window.TimestampedValue((k, v), ts) for k, v, ts in arg])
-            elif arg > watermark:  # a TestStream's watermark only moves forward
-                watermark = arg
-                stream = stream.advance_watermark_to(arg)
-        read = p | stream.advance_watermark_to_infinity()
+        read = p | _test_stream(events)
         left = read | "Left" >> beam.WindowInto(window.FixedWindows(10))
         right = (read | "Odd" >> beam.Filter(lambda kv: kv[1] % 2) | "Negate" >> beam.MapTuple(lambda k, v: (k, -v))
                  | "Right" >> beam.WindowInto(window.FixedWindows(10)))
@@ -160,6 +242,30 @@ def test_a_streaming_cogroupbykeys_inputs_write_its_shuffle_and_group_as_beam(tm
     assert _flatten_reads(build, streaming=True) == []
     got = streaming_equals_direct(build, tmp_path_factory.mktemp("stream"))
     assert sorted(got, key=repr) == _stream_cogroup_oracle(events)
+
+
+def _stream_flatten_then(events):
+    def build(p):
+        read = p | _test_stream(events)
+        # A TestStream is the runner's: a Map after it writes the Flatten.
+        every = read | "Every" >> beam.Map(lambda kv: kv)
+        odd = read | "Odd" >> beam.Filter(lambda kv: kv[1] % 2) | "Negate" >> beam.MapTuple(lambda k, v: (k, -v))
+        return ((every, odd) | beam.Flatten() | "Window" >> beam.WindowInto(window.FixedWindows(10))
+                | "TimesTen" >> beam.MapTuple(lambda k, v: (k, v * 10)) | beam.GroupByKey()
+                | beam.MapTuple(lambda k, vs, w=beam.DoFn.WindowParam: [k, sorted(vs), str(w)]))
+    return build
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(events=_streams())
+def test_steps_after_a_streaming_flatten_run_in_its_inputs_and_group_as_beam(tmp_path_factory, events):
+    build = _stream_flatten_then(events)
+    assert _read_stages(build, streaming=True) == []
+    got = streaming_equals_direct(build, tmp_path_factory.mktemp("stream"))
+    want = [[k, sorted(v * 10 for v in ls + rs), w]
+            for k, ls, rs, w in _stream_cogroup_oracle(events)]
+    assert sorted(got, key=repr) == sorted(want, key=repr)
 
 
 def _stream_cogroup_oracle(events) -> list:

@@ -33,12 +33,13 @@ Ours:
       [Process] [Map -> WindowInto -> shuffle]
 
 * :func:`write_flattens_to_their_grouping` (after fusion): the
-  inputs of a Flatten that a GroupByKey reads at once (``CoGroupByKey``)
-  write the GroupByKey's shuffle themselves::
+  inputs of a Flatten that a GroupByKey reads at once (``CoGroupByKey``),
+  or after elementwise steps only, write the GroupByKey's shuffle
+  themselves, each running those steps::
 
-      [A -> Flatten buffer] [B -> Flatten buffer] [Flatten buffer -> shuffle]
+      [A -> Flatten buffer] [B -> Flatten buffer] [Flatten buffer -> Map -> shuffle]
       becomes
-      [A -> shuffle] [B -> shuffle]
+      [A -> Map -> shuffle] [B -> Map -> shuffle]
 
 * :func:`sort_stages_by_name` (in place of Beam's ``sort_stages``): the
   same topological order, with ties broken by stage name rather than by the
@@ -138,7 +139,8 @@ def sort_stages_by_name(stages: Iterable[Stage], context: TransformContext) -> l
 
 def write_flattens_to_their_grouping(stages: Iterable[Stage], context: TransformContext) -> list[Stage]:
     """Drops each stage that only moves a Flatten's buffer into a GroupByKey's
-    shuffle: the stages writing the buffer write the shuffle instead.
+    shuffle, maybe through elementwise steps: the stages writing the buffer
+    run those steps and write the shuffle instead.
 
     Beam's ``sink_flattens`` makes every input of a multi-input Flatten write
     one buffer (``<flatten>/Write/<input>``) and a stage read it back
@@ -147,10 +149,15 @@ def write_flattens_to_their_grouping(stages: Iterable[Stage], context: Transform
     encode it again for the shuffle, a Spark job's worth of work over all of
     the Flatten's elements. A GroupByKey reads the union of what its writers
     shuffle, so the Flatten's inputs can shuffle their elements themselves.
+    Steps between the Flatten and the GroupByKey that see one element at a
+    time (a ``ParDo`` without state, timers, side inputs or restrictions, a
+    ``WindowInto``, a lifted combine's pre-combining) give each element the
+    same outputs in whichever stage runs them, so each writer runs a copy.
     Done only where each writer is a stage of Beam transforms (a native
-    step's output is not shuffled by it) whose elements carry the grouping's
-    coder and windows' coder (``fix_flatten_coders`` transcodes the inputs to
-    the Flatten's coder where they differ).
+    step's output is not shuffled by it) whose elements carry the Flatten's
+    coder and windowing (``fix_flatten_coders`` transcodes the inputs to the
+    Flatten's coder where they differ), and, with steps to copy, writes the
+    Flatten once.
     """
     stages = list(stages)
     pcolls = context.components.pcollections
@@ -161,6 +168,13 @@ def write_flattens_to_their_grouping(stages: Iterable[Stage], context: Transform
     def encoding(pcoll: str) -> tuple[str, str]:
         return pcolls[pcoll].coder_id, strategies[pcolls[pcoll].windowing_strategy_id].window_coder_id
 
+    def same_elements(pcoll: str, flattened: str, steps: bool) -> bool:
+        # Steps copied onto a writer's own input also see its windowing.
+        return encoding(pcoll) == encoding(flattened) and (not steps or strategy(pcoll) == strategy(flattened))
+
+    def strategy(pcoll: str) -> bytes:
+        return strategies[pcolls[pcoll].windowing_strategy_id].SerializeToString(deterministic=True)
+
     def only(transforms, urn: str) -> list:
         return [t for t in transforms if t.spec.urn == urn]
 
@@ -168,15 +182,17 @@ def write_flattens_to_their_grouping(stages: Iterable[Stage], context: Transform
     for relay in stages:
         reads = only(relay.transforms, bundle_processor.DATA_INPUT_URN)
         writes = only(relay.transforms, bundle_processor.DATA_OUTPUT_URN)
-        if len(relay.transforms) != 2 or len(reads) != 1 or len(writes) != 1:
+        if len(reads) != 1 or len(writes) != 1:
             continue
         [read], [write] = reads, writes
+        steps = [t for t in relay.transforms if t is not read and t is not write]
         flatten = read.unique_name.removesuffix("/Read")
         if (flatten == read.unique_name or read.spec.payload != translations.create_buffer_id(flatten)
                 or translations.split_buffer_id(write.spec.payload)[0] != "group"
-                or list(read.outputs.values()) != list(write.inputs.values())):
+                or not all(_elementwise(t) for t in steps)
+                or (not steps and list(read.outputs.values()) != list(write.inputs.values()))):
             continue
-        [pcoll] = write.inputs.values()
+        [flattened] = read.outputs.values()
         writers = [(stage, t) for stage in stages if stage is not relay
                    for t in only(stage.transforms, bundle_processor.DATA_OUTPUT_URN)
                    if t.spec.payload == read.spec.payload]
@@ -184,13 +200,21 @@ def write_flattens_to_their_grouping(stages: Iterable[Stage], context: Transform
                   for t in only(stage.transforms, bundle_processor.DATA_INPUT_URN)
                   if t.spec.payload == read.spec.payload]
         if (not writers or others
+                or steps and len({id(stage) for stage, _ in writers}) != len(writers)
                 or any(not t.unique_name.startswith(flatten + "/Write/")
                        or any(u.spec.urn in runner_urns for u in stage.transforms)
-                       or encoding(translations.only_element(t.inputs.values())) != encoding(pcoll)
+                       or not same_elements(translations.only_element(t.inputs.values()), flattened, bool(steps))
                        for stage, t in writers)):
             continue
-        for _, t in writers:
-            t.spec.payload = write.spec.payload
+        for stage, t in writers:
+            if not steps:
+                t.spec.payload = write.spec.payload
+                continue
+            # A copy per writer: planning later rewrites a data transform's
+            # payload in place, and each writer feeds its own input in.
+            pcoll = translations.only_element(t.inputs.values())
+            copies = [_copied(u, {flattened: pcoll}) for u in (*steps, write)]
+            stage.transforms = [u for u in stage.transforms if u is not t] + copies
         dropped.add(relay)
     if not dropped:
         return stages
@@ -204,6 +228,30 @@ def write_flattens_to_their_grouping(stages: Iterable[Stage], context: Transform
                 follows |= relay.must_follow
         stage.must_follow = frozenset(follows)
     return kept
+
+
+_ELEMENTWISE_URNS = frozenset([common_urns.primitives.ASSIGN_WINDOWS.urn,
+                               common_urns.combine_components.COMBINE_PER_KEY_PRECOMBINE.urn])
+
+
+def _elementwise(transform: beam_runner_api_pb2.PTransform) -> bool:
+    """Whether ``transform`` gives each element its outputs alone, whichever stage runs it."""
+    if transform.spec.urn in _ELEMENTWISE_URNS:
+        return True
+    if transform.spec.urn != common_urns.primitives.PAR_DO.urn:
+        return False
+    payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+    return not (payload.side_inputs or payload.state_specs or payload.timer_family_specs
+                or payload.restriction_coder_id or payload.requests_finalization
+                or payload.requires_stable_input or payload.requires_time_sorted_input)
+
+
+def _copied(transform: beam_runner_api_pb2.PTransform, renamed: dict[str, str]) -> beam_runner_api_pb2.PTransform:
+    copy = beam_runner_api_pb2.PTransform()
+    copy.CopyFrom(transform)
+    for tag, pcoll in copy.inputs.items():
+        copy.inputs[tag] = renamed.get(pcoll, pcoll)
+    return copy
 
 
 def lift_combiners_keeping_element_timestamps(stages: Iterable[Stage],
