@@ -4,7 +4,9 @@ The producing stage writes windowed ``KV`` elements; :class:`ShuffleWriter`
 splits them into ``(encoded_key, payload)`` pairs that Spark partitions by
 :func:`~beam_ext._key_hash.key_hash` of the key bytes, equal in every worker.
 A stage feeding a trivial grouping gathers each key's values first
-(:class:`KeyedValues`): one record per key and flush.
+(:class:`KeyedValues`): one record per key and flush. In streaming, a stage
+on objects feeding a grouping whose trigger driver reads no element
+timestamps gathers them per key and windows (:class:`WindowedKeyedValues`).
 :class:`GroupReader` turns one shuffled partition back into the encoded
 ``KV<K, Iterable<V>>`` elements the consuming stage reads, with Beam's
 windowing semantics (the same trigger driver Beam's own runners use in batch).
@@ -27,7 +29,7 @@ from apache_beam.utils import windowed_value
 
 from beam_ext._key_hash import key_hash
 from beam_ext.runner._batch_panes import pane_driver
-from beam_ext.runner._element_batches import batched
+from beam_ext.runner._element_batches import Same, batched
 from beam_ext.runner._group_spill import KEY_OVERHEAD, VALUE_OVERHEAD, ExternalGrouping, Group, SpillStats
 from beam_ext.runner._row_columns import RowColumns
 
@@ -86,10 +88,12 @@ def as_decoded(panes: Iterable[windowed_value.WindowedValue]) -> Iterator[window
 class ShuffleWriter:
     """Splits encoded windowed KVs into ``(key bytes, payload)`` pairs."""
 
-    def __init__(self, pre_coder: coders.WindowedValueCoder, trivial: bool, rows: RowColumns | None = None) -> None:
+    def __init__(self, pre_coder: coders.WindowedValueCoder, trivial: bool, rows: RowColumns | None = None,
+                 by_window: bool = False) -> None:
         self._coder = pre_coder
         self._trivial = trivial
         self.rows = rows  # a trivial grouping's schema rows, which KeyedValues writes as blocks
+        self.by_window = by_window  # objects are gathered per key and windows (WindowedKeyedValues)
 
     def split(self, data: bytes) -> Iterator[tuple[bytes, bytes]]:
         if self._trivial:
@@ -143,9 +147,10 @@ class ShuffleWriter:
         return kv_coder.key_coder().get_impl().encode_nested, kv_coder.value_coder().get_impl().encode_nested
 
 
-# Every blob starts with its kind: encoded (key, value) pairs, or (key, count,
-# values) records of a key's values grouped before the shuffle (KeyedValues).
-_PAIRS, _GROUPED = 0, 1
+# Every blob starts with its kind: encoded (key, value) pairs, (key, count,
+# values) records of a key's values grouped before the shuffle (KeyedValues),
+# or (key, windows, count, values) records (WindowedKeyedValues).
+_PAIRS, _GROUPED, _WINDOWED = 0, 1, 2
 
 
 def _new_stream(kind: int):
@@ -315,6 +320,163 @@ class KeyedValues:
                 yield target, out.get()
         if self._pairs is not None:
             yield from self._pairs.flush()
+
+
+class WindowedKeyedValues:
+    """A streaming grouping's shuffle write with the values gathered per key and windows first.
+
+    Where the grouping's trigger driver reads of an element only its value
+    and windows (windows that do not merge, end-of-window output
+    timestamps: ``GroupSpec.by_window``), a task holds the values'
+    encodings per encoded key and encoded windows, and ships each such
+    group as one record ``(key, windows, count, values)``: no timestamp or
+    pane per element, each key and window set encoded once per flush,
+    where :meth:`ShuffleWriter.pairs` encodes a whole ``WindowedValue``,
+    key included, per element. It flushes at ``memory_bytes``, as
+    :class:`KeyedValues` does, and, like it, writes plain pairs from its
+    first judged batch on if keys rarely repeat (fewer than two values per
+    key and windows in its first ``_SAMPLE`` values). :func:`windowed_records`
+    reads both.
+    """
+
+    # A pair here encodes a whole windowed value, and reading it back decodes
+    # one, so gathering pays off at fewer values per key than KeyedValues
+    # needs; judged on a larger sample, so that 10,000 keys of many values
+    # each look like it in a task's first values.
+    _MIN_VALUES_PER_KEY = 2
+    _SAMPLE = 65_536
+
+    def __init__(self, writer: ShuffleWriter, partitions: int, memory_bytes: int = 16 << 20,
+                 blob_bytes: int = 1 << 20) -> None:
+        kv_coder = writer._coder.wrapped_value_coder
+        self._writer = writer
+        self._encode_key = kv_coder.key_coder().get_impl().encode_nested
+        self._encode_value = kv_coder.value_coder().get_impl().encode_nested
+        self._window_impl = writer._coder.window_coder.get_impl()
+        self._partitions = partitions
+        self._memory_bytes = memory_bytes
+        self._blob_bytes = blob_bytes
+        self._table: dict[tuple[bytes, bytes], list[bytes]] = {}
+        self._keys: dict[Any, bytes] = {}  # as KeyedValues' (plain key types only)
+        # An element's window set, by the tuple's identity (elements of one
+        # window often share it): its encoding. The tuple is kept, so its id
+        # is not reused while the entry lives.
+        self._windows: dict[int, tuple[tuple, bytes]] = {}
+        self._held = 0
+        self._count = 0
+        self._judged = False
+        self._pairs: Buckets | None = None
+
+    def _windows_bytes(self, windows: tuple) -> bytes:
+        found = self._windows.get(id(windows))
+        if found is not None and found[0] is windows:
+            return found[1]
+        out = create_OutputStream()
+        out.write_var_int64(len(windows))
+        for window in windows:
+            self._window_impl.encode_to_stream(window, out, True)
+        if len(self._windows) >= 4096:
+            self._windows.clear()
+        self._windows[id(windows)] = (windows, out.get())
+        return self._windows[id(windows)][1]
+
+    def add(self, batch: Any) -> Iterator[tuple[int, bytes]]:
+        """Takes a batch of windowed KVs (a list, or values sharing one ``Same``
+        template); yields the ``(target, blob)`` of each flush."""
+        if self._pairs is not None:
+            yield from self._pairs.add(self._writer.pairs(batch.windowed() if type(batch) is Same else batch))
+            return
+        table, get, keys, plain = self._table, self._table.get, self._keys, _PLAIN_KEYS
+        encode_key, encode_value = self._encode_key, self._encode_value
+        held = self._held
+        if type(batch) is Same:
+            runs = [(batch.template.windows, batch.values)]
+        else:
+            # Runs of elements with the same window set object: consecutive
+            # elements mostly share it.
+            runs, last = [], None
+            for wv in batch:
+                if wv.windows is not last:
+                    last, kvs = wv.windows, []
+                    runs.append((last, kvs))
+                kvs.append(wv.value)
+        windows_bytes, last, last_bytes = self._windows_bytes, None, b""
+        count = self._count
+        for windows, kvs in runs:
+            if windows is not last:
+                last, last_bytes = windows, windows_bytes(windows)
+            for k, v in kvs:
+                if type(k) in plain:
+                    key = keys.get(k)
+                    if key is None:
+                        key = keys[k] = encode_key(k)
+                else:
+                    key = encode_key(k)
+                value = encode_value(v)
+                held += len(value) + VALUE_OVERHEAD
+                slot = (key, last_bytes)
+                values = get(slot)
+                if values is None:
+                    table[slot] = [value]
+                    held += len(key) + len(last_bytes) + KEY_OVERHEAD
+                else:
+                    values.append(value)
+                count += 1
+        self._held, self._count = held, count
+        if not self._judged and count >= self._SAMPLE:
+            self._judged = True
+            if count < self._MIN_VALUES_PER_KEY * len(table):
+                yield from self.flush()
+                self._pairs = Buckets(self._partitions, self._blob_bytes)
+                return
+        if held > self._memory_bytes:
+            yield from self.flush()
+
+    def flush(self) -> Iterator[tuple[int, bytes]]:
+        """Every held record, packed into blobs per target partition."""
+        n, limit = self._partitions, self._blob_bytes
+        streams = [_new_stream(_WINDOWED) for _ in range(n)]
+        hash_ = key_hash
+        for (key, windows), values in self._table.items():
+            target = hash_(key) % n
+            out = streams[target]
+            out.write(key, True)
+            out.write(windows, True)
+            out.write_var_int64(len(values))
+            out.write(b"".join(values), True)
+            if out.size() >= limit:
+                yield target, out.get()
+                streams[target] = _new_stream(_WINDOWED)
+        self._table.clear()
+        self._keys.clear()
+        self._held, self._count = 0, 0
+        for target, out in enumerate(streams):
+            if out.size() > 1:
+                yield target, out.get()
+        if self._pairs is not None:
+            yield from self._pairs.flush()
+
+
+def windowed_records(blobs: Iterable[bytes]) -> Iterator[tuple[bytes, bytes | None, int, bytes]]:
+    """The records of a streaming grouping's shuffled blobs:
+    :class:`WindowedKeyedValues`' ``(key, windows, count, values)``, and each
+    pair of :class:`Buckets` as ``(key, None, 1, element)``."""
+    for blob in blobs:
+        stream = create_InputStream(blob)
+        read = stream.read_all
+        kind = stream.read_byte()
+        if kind == _PAIRS:
+            while stream.size() > 0:
+                key = read(True)
+                yield key, None, 1, read(True)
+        elif kind == _WINDOWED:
+            while stream.size() > 0:
+                key = read(True)
+                windows = read(True)
+                count = stream.read_var_int64()
+                yield key, windows, count, read(True)
+        else:
+            raise ValueError(f"a shuffle blob of kind {kind} where a streaming grouping's records were expected")
 
 
 def unpack(blobs: Iterable[bytes]) -> Iterator[tuple[bytes, bytes]]:

@@ -17,6 +17,7 @@ from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.runners.portability.fn_api_runner.translations import Stage, TransformContext, split_buffer_id
 from apache_beam.runners.worker import bundle_processor
+from apache_beam.transforms.window import TimestampCombiner
 from apache_beam.utils import proto_utils
 
 from beam_ext.runner._row_columns import RowColumns
@@ -45,6 +46,11 @@ class GroupSpec:
     # that count would be one entry per element, kept as long as the
     # global window lasts.
     forgets_panes: bool = False
+    # Streaming, windows that do not merge, end-of-window output timestamps:
+    # the trigger driver reads of an element only its value and windows, so
+    # stages on objects ship values gathered per key and windows
+    # (_shuffle.WindowedKeyedValues).
+    by_window: bool = False
 
 
 @dataclasses.dataclass
@@ -173,7 +179,9 @@ class StagePlanner:
                 post_coder=self._channel_coder(out_pcoll, safe=trivial),
                 windowing=windowing, trivial=trivial, step=gbk.unique_name,
                 memory_bytes=self.group_memory, rows=rows,
-                forgets_panes=self.streaming and gbk_id in self._reshuffle_groups())
+                forgets_panes=self.streaming and gbk_id in self._reshuffle_groups(),
+                by_window=self.streaming and not windowing.windowfn.is_merging()
+                and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW)
         return self._groups[buffer_id]
 
     def _reshuffle_groups(self) -> frozenset[str]:
@@ -303,7 +311,7 @@ class StagePlanner:
             if split_buffer_id(outputs[index])[0] == "group":
                 # The real coder, not the runner's bytes view: the chain encodes objects.
                 group = self._group_spec(outputs[index])
-                shuffle = ShuffleWriter(coder, group.trivial, group.rows)
+                shuffle = ShuffleWriter(coder, group.trivial, group.rows, group.by_window)
             ends[transform_id] = DirectEnd(index, coder, shuffle)
         return direct_chain(stage.transforms, input_coder=input_coder, ends=ends, windowing_of=self._windowing,
                             side_input=side_input, combine_fn=combine_fn, partitions=self._partitions,

@@ -67,7 +67,7 @@ from beam_ext.runner._element_batches import (
     as_batches,
     windowed,
 )
-from beam_ext.runner._shuffle import Buckets, KeyedValues, ShuffleWriter
+from beam_ext.runner._shuffle import Buckets, KeyedValues, ShuffleWriter, WindowedKeyedValues
 from beam_ext.runner._window_assign import assigner, keyed_assigner
 from beam_ext.runner._window_keys import max_timestamp_micros, window_key
 from beam_ext.runner.worker import _dofn_pool
@@ -1253,7 +1253,12 @@ def _shuffled(chain: DirectChain, last: str, batches: Iterator[list],
     their keys (see :meth:`_ChainRun.line`)."""
     shuffle = chain.shuffle
     trivial = shuffle.trivial
-    buckets = KeyedValues(chain.partitions, rows=shuffle.rows) if trivial else Buckets(chain.partitions)
+    if trivial:
+        buckets = KeyedValues(chain.partitions, rows=shuffle.rows)
+    elif shuffle.by_window:
+        buckets = WindowedKeyedValues(shuffle, chain.partitions)
+    else:
+        buckets = Buckets(chain.partitions)
     encoders = shuffle.value_encoders() if trivial else None
     for batch in batches:
         if type(batch) is Marker:  # a bundle's end stops here
@@ -1261,7 +1266,9 @@ def _shuffled(chain: DirectChain, last: str, batches: Iterator[list],
                 yield batch
             continue
         try:
-            if encoders is None:
+            if shuffle.by_window:
+                yield from buckets.add(batch if type(batch) is Same else windowed(batch))
+            elif encoders is None:
                 yield from buckets.add(shuffle.pairs(windowed(batch)))
             else:
                 values = batch.values if type(batch) is Same else [wv.value for wv in windowed(batch)]

@@ -15,13 +15,13 @@ from __future__ import annotations
 import collections
 from typing import Any, Iterable, Iterator
 
-from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.transforms import trigger
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.window import IntervalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Timestamp
 
-from beam_ext.runner._shuffle import unpack
+from beam_ext.runner._shuffle import windowed_records
 from beam_ext.runner.state import _versioned as versioned
 from beam_ext.runner.worker._streaming import BatchContext, ReportFn, TaskSummary
 from beam_ext.runner.worker._trigger_driver import trigger_driver
@@ -92,6 +92,24 @@ class _Windows:
         return self._singles.setdefault((window._start_micros, window._end_micros), windows)
 
 
+class _WindowSets:
+    """The window sets of gathered shuffle records, decoded once per distinct encoding, as the task's objects."""
+
+    def __init__(self, pre_coder: Any, windows: _Windows) -> None:
+        self._impl = pre_coder.window_coder.get_impl()
+        self._windows = windows
+        self._decoded: dict[bytes, tuple] = {}
+
+    def of(self, encoded: bytes) -> tuple:
+        found = self._decoded.get(encoded)
+        if found is None:
+            stream = create_InputStream(encoded)
+            decode = self._impl.decode_from_stream
+            found = self._decoded[encoded] = self._windows.of(
+                tuple(decode(stream, True) for _ in range(stream.read_var_int64())))
+        return found
+
+
 _PANE_COUNTS = frozenset({trigger.GeneralTriggerDriver.INDEX.tag,
                           trigger.GeneralTriggerDriver.NONSPECULATIVE_INDEX.tag})
 
@@ -130,18 +148,30 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
         return []
 
     by_key: dict[bytes, list] = collections.defaultdict(list)
-    for encoded_key, element in unpack(blobs):
-        wv = pre_impl.decode_nested(element)
-        value = wv.with_value(wv.value[1])
-        value.windows = windows.of(value.windows)
-        by_key[encoded_key].append(value)
-    for encoded_key, values in by_key.items():
+    gathered: dict[bytes, list] = collections.defaultdict(list)  # (windows, values) records, by key
+    window_sets = _WindowSets(group.pre_coder, windows)
+    value_impl = group.pre_coder.wrapped_value_coder.value_coder().get_impl()
+    for encoded_key, encoded_windows, count, data in windowed_records(blobs):
+        if encoded_windows is None:
+            wv = pre_impl.decode_nested(data)
+            value = wv.with_value(wv.value[1])
+            value.windows = windows.of(value.windows)
+            by_key[encoded_key].append(value)
+        else:
+            stream = create_InputStream(data)
+            decode = value_impl.decode_from_stream
+            gathered[encoded_key].append((window_sets.of(encoded_windows), [decode(stream, True)
+                                                                            for _ in range(count)]))
+    for encoded_key in dict.fromkeys([*by_key, *gathered]) if gathered else by_key:
         state = states.get(encoded_key)
         if state is None:
             state = states[encoded_key] = trigger.InMemoryUnmergedState()
         key = key_impl.decode_nested(encoded_key)
-        for chunk in emit(key, driver.process_elements(
-                state, values, previous_output_watermark, context.previous_watermark)):
+        records = gathered.get(encoded_key)
+        panes = driver.process_elements(
+            state, by_key.get(encoded_key, ()), previous_output_watermark, context.previous_watermark,
+            **({"gathered": records} if records else {}))
+        for chunk in emit(key, panes):
             yield chunk
     now = float(context.processing_time)
     for encoded_key, state in states.items():

@@ -141,11 +141,18 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
                                      input_watermark)
 
     def process_elements(self, state: Any, windowed_values: Iterable[Any], output_watermark: Timestamp,
-                         input_watermark: Timestamp = MIN_TIMESTAMP) -> Iterator[Any]:
+                         input_watermark: Timestamp = MIN_TIMESTAMP,
+                         gathered: Iterable[tuple[tuple, list]] = ()) -> Iterator[Any]:
+        """Beam's ``process_elements``; ``gathered``: more elements, as
+        ``(windows, values)`` of values that share their windows, where the
+        hold does not read timestamps (the end-of-window combiner), as a
+        streaming grouping's task reads them from the shuffle
+        (``GroupSpec.by_window``)."""
         state = _StateAdapter(state, self._views)
         lateness = self.allowed_lateness
         expired: set[Any] = set()
         by_window: dict[Any, list] = {}
+        values_of: dict[Any, list] = {}  # a window's gathered values
         last, last_elements = None, []  # consecutive elements mostly share their window object
         for wv in windowed_values:
             for window in wv.windows:
@@ -162,11 +169,25 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
                     elements = by_window[window] = []
                 elements.append(wv)
                 last, last_elements = window, elements
+        for windows, values in gathered:
+            for window in windows:
+                found = values_of.get(window)
+                if found is None:
+                    if window in expired:
+                        continue
+                    if window not in by_window:
+                        if input_watermark > window.end + lateness:
+                            expired.add(window)
+                            continue
+                        by_window[window] = []
+                    found = values_of[window] = []
+                found.extend(values)
         combiner = self.timestamp_combiner_impl
         # A window's hold under the end-of-window combiner does not depend on its
         # elements (Beam's merge ignores them), so their timestamps, which a
         # WindowedValue builds on each read, are not read.
         by_time = not isinstance(combiner, timeutil.DependsOnlyOnWindow)
+        assert not (values_of and by_time), "gathered values carry no timestamps for this hold"
         for window, elements in by_window.items():
             if state.get_state(window, self.TOMBSTONE):
                 continue
@@ -176,12 +197,15 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
             if output_time is not None:
                 state.add_state(window, self.WATERMARK_HOLD, output_time)
             context = state.at(window, self.clock)
-            state.add_all(window, self.ELEMENTS, [wv.value for wv in elements])
+            values = [wv.value for wv in elements]
+            if window in values_of:
+                values += values_of[window]
+            state.add_all(window, self.ELEMENTS, values)
             if self._default:
-                self.trigger_fn.on_element(elements[-1].value, window, context)
+                self.trigger_fn.on_element(values[-1], window, context)
             else:
-                for wv in elements:
-                    self.trigger_fn.on_element(wv.value, window, context)
+                for value in values:
+                    self.trigger_fn.on_element(value, window, context)
             if self.trigger_fn.should_fire(TimeDomain.WATERMARK, input_watermark, window, context):
                 finished = self.trigger_fn.on_fire(input_watermark, window, context)
                 yield self._output(window, finished, state, output_watermark, False)
