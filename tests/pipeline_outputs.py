@@ -113,3 +113,22 @@ def spark_jobs_run(spark, build: Callable[[beam.Pipeline], Any]) -> int:
     with beam.Pipeline(runner=SparkRunner()) as p:
         build(p)
     return max(sc.statusTracker().getJobIdsForGroup(), default=-1) - before
+
+
+def keyed_test_stream(events: list[tuple[str, Any]]) -> Any:
+    """A TestStream of ``(key, value)`` strings and ints from ``events``:
+    ``("elements", [(key, value, timestamp), ...])`` and ``("watermark", t)``
+    (a watermark that would go back is left out), then the watermark to
+    infinity."""
+    from apache_beam.coders import StrUtf8Coder, TupleCoder, VarIntCoder
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms import window
+
+    stream, watermark = TestStream(coder=TupleCoder([StrUtf8Coder(), VarIntCoder()])), 0
+    for kind, arg in events:
+        if kind == "elements":
+            stream = stream.add_elements([window.TimestampedValue((k, v), ts) for k, v, ts in arg])
+        elif arg > watermark:  # a TestStream's watermark only moves forward
+            watermark = arg
+            stream = stream.advance_watermark_to(arg)
+    return stream.advance_watermark_to_infinity()

@@ -11,14 +11,12 @@ import collections
 
 import apache_beam as beam
 import pytest
-from apache_beam.coders import StrUtf8Coder, TupleCoder, VarIntCoder
 from apache_beam.portability import common_urns
 from apache_beam.runners.portability.fn_api_runner import translations
-from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import window
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from pipeline_outputs import spark_equals_direct, streaming_equals_direct
+from pipeline_outputs import keyed_test_stream, spark_equals_direct, streaming_equals_direct
 
 from beam_ext.runner.planning import plan_pipeline
 
@@ -208,20 +206,9 @@ def _streams(draw) -> list[tuple[str, object]]:
     return events
 
 
-def _test_stream(events) -> TestStream:
-    stream, watermark = TestStream(coder=TupleCoder([StrUtf8Coder(), VarIntCoder()])), 0
-    for kind, arg in events:
-        if kind == "elements":
-            stream = stream.add_elements([window.TimestampedValue((k, v), ts) for k, v, ts in arg])
-        elif arg > watermark:  # a TestStream's watermark only moves forward
-            watermark = arg
-            stream = stream.advance_watermark_to(arg)
-    return stream.advance_watermark_to_infinity()
-
-
 def _stream_cogroup(events):
     def build(p):
-        read = p | _test_stream(events)
+        read = p | keyed_test_stream(events)
         left = read | "Left" >> beam.WindowInto(window.FixedWindows(10))
         right = (read | "Odd" >> beam.Filter(lambda kv: kv[1] % 2) | "Negate" >> beam.MapTuple(lambda k, v: (k, -v))
                  | "Right" >> beam.WindowInto(window.FixedWindows(10)))
@@ -246,7 +233,7 @@ def test_a_streaming_cogroupbykeys_inputs_write_its_shuffle_and_group_as_beam(tm
 
 def _stream_flatten_then(events):
     def build(p):
-        read = p | _test_stream(events)
+        read = p | keyed_test_stream(events)
         # A TestStream is the runner's: a Map after it writes the Flatten.
         every = read | "Every" >> beam.Map(lambda kv: kv)
         odd = read | "Odd" >> beam.Filter(lambda kv: kv[1] % 2) | "Negate" >> beam.MapTuple(lambda k, v: (k, -v))

@@ -233,17 +233,33 @@ def test_the_steps_after_a_stateful_dofn_stay_in_its_stage(spark, tmp_path):
     assert sorted(streaming_equals_direct(build, tmp_path)) == ["j1", "j2", "j3", "k1", "k2", "k3"]
 
 
+def _run_until_fourth_commit(spark, plan, checkpoint: str) -> None:
+    """Runs ``plan`` as a job of an earlier release would, stopped once it has committed four micro-batches."""
+    import os
+    import threading
+    import time
+
+    from beam_ext.runner.executors import StreamingExecutor
+
+    sc = spark.sparkContext
+    executor = StreamingExecutor(sc, plan, sc.defaultParallelism, checkpoint, batch_interval=0.05)
+    thread = threading.Thread(target=executor.run)
+    thread.start()
+    while not os.path.exists(os.path.join(checkpoint, "commits", "3.commit")):
+        assert thread.is_alive()
+        time.sleep(0.02)
+    executor.stop()
+    thread.join()
+
+
 def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spark, tmp_path, caplog):
     """Releases before the split fused the steps after a splittable DoFn into
     its stage; a checkpoint they wrote resumes with those stages."""
-    import os
-    import threading
     import time
 
     from apache_beam.transforms import environments
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
 
-    from beam_ext.runner.executors import StreamingExecutor
     from beam_ext.runner.planning import plan_pipeline
 
     start = time.time()
@@ -259,14 +275,7 @@ def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spa
     sc = spark.sparkContext
     earlier = plan_pipeline(proto, 1 << 20, sc.defaultParallelism, streaming=True, split_after_splittable=False)
     assert not any("Offset" in step for stage in earlier.stages if stage.direct is not None for step in stage.steps)
-    executor = StreamingExecutor(sc, earlier, sc.defaultParallelism, checkpoint, batch_interval=0.05)
-    thread = threading.Thread(target=executor.run)
-    thread.start()
-    while not os.path.exists(os.path.join(checkpoint, "commits", "3.commit")):
-        assert thread.is_alive()
-        time.sleep(0.02)
-    executor.stop()
-    thread.join()
+    _run_until_fourth_commit(spark, earlier, checkpoint)
     assert 0 < len(read_lines(path)) < 12
 
     with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
@@ -281,14 +290,11 @@ def test_a_checkpoint_planned_with_a_flattens_relay_stage_resumes(spark, tmp_pat
     """Releases before 2026-11-30 read a streaming CoGroupByKey's Flatten back
     in a stage of its own; a checkpoint they wrote resumes with those stages,
     the elements grouped before it was written included."""
-    import os
-    import threading
     import time
 
     from apache_beam.transforms import environments
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
 
-    from beam_ext.runner.executors import StreamingExecutor
     from beam_ext.runner.planning import plan_pipeline
 
     # Ticks from a whole second, a second or two on: the first micro-batches
@@ -312,14 +318,7 @@ def test_a_checkpoint_planned_with_a_flattens_relay_stage_resumes(spark, tmp_pat
     earlier = plan_pipeline(proto, 1 << 20, sc.defaultParallelism, streaming=True, flattens_write_groupings=False)
     assert any(stage.inputs and all(b.startswith(b"materialize:") and b.endswith(b"Flatten") for b in stage.inputs)
                for stage in earlier.stages)
-    executor = StreamingExecutor(sc, earlier, sc.defaultParallelism, checkpoint, batch_interval=0.05)
-    thread = threading.Thread(target=executor.run)
-    thread.start()
-    while not os.path.exists(os.path.join(checkpoint, "commits", "3.commit")):
-        assert thread.is_alive()
-        time.sleep(0.02)
-    executor.stop()
-    thread.join()
+    _run_until_fourth_commit(spark, earlier, checkpoint)
     assert len(read_lines(path)) < 3  # windows fire as the watermark passes them: not all yet
 
     with caplog.at_level(logging.INFO, logger="beam_ext.runner"):

@@ -9,13 +9,11 @@ late data too.
 from __future__ import annotations
 
 import apache_beam as beam
-from apache_beam.coders import StrUtf8Coder, TupleCoder, VarIntCoder
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import trigger, window
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from pipeline_outputs import AppendLines, planned_on_objects, read_lines, streaming_equals_direct
+from pipeline_outputs import AppendLines, keyed_test_stream, planned_on_objects, read_lines, streaming_equals_direct
 
 from beam_ext.runner import SparkRunner
 
@@ -42,18 +40,6 @@ def streams(draw):
     return events
 
 
-def _test_stream(events) -> TestStream:
-    stream = TestStream(coder=TupleCoder([StrUtf8Coder(), VarIntCoder()]))
-    watermark = 0
-    for kind, value in events:
-        if kind == "elements":
-            stream = stream.add_elements([window.TimestampedValue((k, v), ts) for k, v, ts in value])
-        elif value > watermark:  # a TestStream's watermark only moves forward
-            watermark = value
-            stream = stream.advance_watermark_to(value)
-    return stream.advance_watermark_to_infinity()
-
-
 class _Split(beam.DoFn):
     """Odd values to a tagged output, each value with its timestamp."""
 
@@ -68,7 +54,7 @@ class _Split(beam.DoFn):
 def _pipeline(events):
     def build(p):
         weights = p | "Table" >> beam.Create([("a", 10), ("b", 20)])
-        split = (p | _test_stream(events)
+        split = (p | keyed_test_stream(events)
                  | "Weigh" >> beam.Map(lambda kv, w: (kv[0], kv[1] * w.get(kv[0], 1)), w=beam.pvalue.AsDict(weights))
                  | "Twice" >> beam.FlatMap(lambda kv: [kv, (kv[0].upper(), kv[1])])
                  | "Split" >> beam.ParDo(_Split()).with_outputs("odd", main="even"))
@@ -119,7 +105,7 @@ def test_stateless_stage_metrics_count_every_element(spark, tmp_path):
         return kv
 
     def build(p):
-        return (p | _test_stream([("elements", [("k", v, v) for v in range(5)]), ("watermark", 3),
+        return (p | keyed_test_stream([("elements", [("k", v, v) for v in range(5)]), ("watermark", 3),
                                   ("elements", [("k", v, v) for v in range(5, 12)])])
                 | "Seen" >> beam.Map(seen))
 
@@ -144,7 +130,7 @@ def test_cogroupbykey_stages_run_on_objects(spark, tmp_path):
               ("elements", [("b", 6, 19)])]
 
     def build(p):
-        read = p | _test_stream(events)
+        read = p | keyed_test_stream(events)
         left = read | "Left" >> beam.WindowInto(window.FixedWindows(10))
         right = (read | "Negate" >> beam.Map(lambda kv: (kv[0], -kv[1]))
                  | "Right" >> beam.WindowInto(window.FixedWindows(10)))

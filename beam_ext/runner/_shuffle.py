@@ -299,27 +299,37 @@ class KeyedValues:
 
     def flush(self) -> Iterator[tuple[int, bytes]]:
         """Every held key's record, packed into blobs per target partition."""
-        n, limit = self._partitions, self._blob_bytes
-        streams = [_new_stream(_GROUPED) for _ in range(n)]
-        hash_ = key_hash
         join = b"".join if self._rows is None else self._rows.encode
-        for key, values in self._table.items():
-            target = hash_(key) % n
-            out = streams[target]
-            out.write(key, True)
-            out.write_var_int64(len(values))
-            out.write(join(values), True)
-            if out.size() >= limit:
-                yield target, out.get()
-                streams[target] = _new_stream(_GROUPED)
+        yield from _packed(((key, None, values) for key, values in self._table.items()), _GROUPED,
+                           self._partitions, self._blob_bytes, join)
         self._table.clear()
         self._keys.clear()
         self._held, self._count = 0, 0
-        for target, out in enumerate(streams):
-            if out.size() > 1:
-                yield target, out.get()
         if self._pairs is not None:
             yield from self._pairs.flush()
+
+
+def _packed(records: Iterable[tuple[bytes, bytes | None, list]], kind: int, partitions: int, blob_bytes: int,
+            join: Callable[[list], bytes]) -> Iterator[tuple[int, bytes]]:
+    """``(key, windows or None, values)`` records packed into blobs of ``kind``
+    per target partition: each a key, its windows if any, a count and the
+    joined values."""
+    streams = [_new_stream(kind) for _ in range(partitions)]
+    hash_ = key_hash
+    for key, windows, values in records:
+        target = hash_(key) % partitions
+        out = streams[target]
+        out.write(key, True)
+        if windows is not None:
+            out.write(windows, True)
+        out.write_var_int64(len(values))
+        out.write(join(values), True)
+        if out.size() >= blob_bytes:
+            yield target, out.get()
+            streams[target] = _new_stream(kind)
+    for target, out in enumerate(streams):
+        if out.size() > 1:
+            yield target, out.get()
 
 
 class WindowedKeyedValues:
@@ -434,25 +444,11 @@ class WindowedKeyedValues:
 
     def flush(self) -> Iterator[tuple[int, bytes]]:
         """Every held record, packed into blobs per target partition."""
-        n, limit = self._partitions, self._blob_bytes
-        streams = [_new_stream(_WINDOWED) for _ in range(n)]
-        hash_ = key_hash
-        for (key, windows), values in self._table.items():
-            target = hash_(key) % n
-            out = streams[target]
-            out.write(key, True)
-            out.write(windows, True)
-            out.write_var_int64(len(values))
-            out.write(b"".join(values), True)
-            if out.size() >= limit:
-                yield target, out.get()
-                streams[target] = _new_stream(_WINDOWED)
+        yield from _packed(((key, windows, values) for (key, windows), values in self._table.items()), _WINDOWED,
+                           self._partitions, self._blob_bytes, b"".join)
         self._table.clear()
         self._keys.clear()
         self._held, self._count = 0, 0
-        for target, out in enumerate(streams):
-            if out.size() > 1:
-                yield target, out.get()
         if self._pairs is not None:
             yield from self._pairs.flush()
 
