@@ -135,7 +135,9 @@ class SparkRunner(runner.PipelineRunner):
             return plan_pipeline(pipeline_proto, spark_options.spark_bundle_size, parallelism,
                                  spark_options.spark_state_backend, spark_options.spark_state_memory,
                                  is_drain=self._is_drain, streaming=streaming,
-                                 group_memory_bytes=spark_options.spark_group_memory, **layout)
+                                 group_memory_bytes=spark_options.spark_group_memory,
+                                 # The tracker reads each element's timestamp from the shuffle.
+                                 gather_by_window=spark_options.watermarks != "tracker", **layout)
 
         plan = plan_it(proto)
         if resumable:

@@ -34,7 +34,8 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   partitions: int, state_backend: str = "memory",
                   state_memory_bytes: int = 256 << 20, is_drain: bool = False,
                   streaming: bool = False, group_memory_bytes: int = 256 << 20,
-                  split_after_splittable: bool = True, flattens_write_groupings: bool = True) -> Plan:
+                  split_after_splittable: bool = True, flattens_write_groupings: bool = True,
+                  gather_by_window: bool = True) -> Plan:
     """Plans ``proto`` (modified in place by native substitution).
 
     ``streaming``: TestStream stays a runner-executed source, and composites
@@ -46,6 +47,10 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     GroupByKey is written to its shuffle by its inputs
     (:func:`._phases.write_flattens_to_their_grouping`, always in batch);
     False plans as releases before 2026-11-30 did, for their checkpoints.
+    ``gather_by_window`` (streaming): stages on objects may ship a grouping's
+    values gathered per key and windows, without timestamps
+    (``GroupSpec.by_window``); False where something reads each element's
+    timestamp from the shuffle (``--watermarks=tracker``).
     """
     native_urns = frozenset() if streaming else substitute_natives(proto)
     if not streaming:
@@ -62,4 +67,5 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     planner.state = (state_backend, state_memory_bytes)
     planner.group_memory = group_memory_bytes
     planner.streaming = streaming
+    planner.gather_by_window = gather_by_window
     return planner.plan(stages)

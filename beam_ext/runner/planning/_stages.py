@@ -143,6 +143,7 @@ class StagePlanner:
         self.state = ("memory", 256 << 20)
         self.group_memory = 256 << 20
         self.streaming = False
+        self.gather_by_window = True  # streaming: GroupSpec.by_window where the windowing allows
 
     def _coder(self, coder_id: str, safe: bool = False):
         if safe:
@@ -180,7 +181,7 @@ class StagePlanner:
                 windowing=windowing, trivial=trivial, step=gbk.unique_name,
                 memory_bytes=self.group_memory, rows=rows,
                 forgets_panes=self.streaming and gbk_id in self._reshuffle_groups(),
-                by_window=self.streaming and not windowing.windowfn.is_merging()
+                by_window=self.streaming and self.gather_by_window and not windowing.windowfn.is_merging()
                 and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW)
         return self._groups[buffer_id]
 
