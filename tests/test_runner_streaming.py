@@ -11,7 +11,7 @@ from apache_beam.runners.runner import PipelineState
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import trigger, userstate, window
 from apache_beam.transforms.timeutil import TimeDomain
-from pipeline_outputs import AppendLines, read_lines, streaming_equals_direct
+from pipeline_outputs import AppendLines, keyed_test_stream, read_lines, streaming_equals_direct
 
 from beam_ext.runner import SparkRunner
 
@@ -537,3 +537,26 @@ def test_a_reshuffle_keeps_no_state_per_random_key(spark, tmp_path):
     largest = sorted(max(len(pickle.loads(f.read_bytes())) for f in checkpoint.glob(f"**/{owner}/*/*.bin"))
                      for owner in owners)
     assert len(largest) == 2 and largest[0] == 0 and 1 <= largest[1] <= 2, largest
+
+
+@pytest.mark.parametrize("windowfn", [window.FixedWindows(10), window.Sessions(5)], ids=["fixed", "sessions"])
+def test_late_values_a_grouping_drops_are_counted(spark, tmp_path, windowfn):
+    """Values behind the watermark past their window's allowed lateness are
+    dropped, as Beam's DirectRunner drops them, and counted per value and
+    window in ``dropped_due_to_lateness`` (Beam's driver for sessions, ours
+    for fixed windows, their values gathered before the shuffle)."""
+    events = [("elements", [("a", 1, 1), ("b", 2, 2)]), ("watermark", 30),
+              ("elements", [("a", 3, 3), ("b", 4, 4), ("a", 5, 31)])]  # 3 and 4 come too late
+
+    def build(p):
+        return (p | keyed_test_stream(events) | "Keep" >> beam.Map(lambda kv: kv) | beam.WindowInto(windowfn)
+                | beam.GroupByKey() | "Sorted" >> beam.MapTuple(lambda k, vs: [k, sorted(vs)]))
+
+    assert sorted(streaming_equals_direct(build, tmp_path)) == [["a", [1]], ["a", [5]], ["b", [2]]]
+    p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"]))
+    _ = build(p) | beam.ParDo(AppendLines(str(tmp_path / "counted.jsonl")))
+    result = p.run()
+    result.wait_until_finish()
+    [dropped] = result.metrics().query(beam.metrics.MetricsFilter().with_name("dropped_due_to_lateness"))["counters"]
+    assert (dropped.key.metric.namespace, dropped.key.step, dropped.committed) == ("beam_ext.runner", "GroupByKey", 2)
+

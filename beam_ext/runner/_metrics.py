@@ -13,6 +13,8 @@ from apache_beam.metrics import metric, monitoring_infos
 from apache_beam.metrics.execution import MetricResult
 from apache_beam.runners.portability import portable_metrics
 
+RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
+
 _KINDS = (metric.MetricResults.COUNTERS, metric.MetricResults.DISTRIBUTIONS,
           metric.MetricResults.GAUGES, metric.MetricResults.STRINGSETS,
           metric.MetricResults.BOUNDED_TRIES)

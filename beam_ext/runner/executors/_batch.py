@@ -29,6 +29,7 @@ from beam_ext.runner import native
 from beam_ext.runner._element_batches import BATCH, ElementBatches, Marker, windowed
 from beam_ext.runner._errors import PipelineError, translate_spark_error
 from beam_ext.runner._group_spill import SpillStats
+from beam_ext.runner._metrics import RUNNER_NAMESPACE
 from beam_ext.runner._shuffle import Buckets, ElementSplitter, GroupReader, identity_partition, unpack
 from beam_ext.runner.executors._side_inputs import SideInputState, side_input_state
 from beam_ext.runner.planning import Plan, PlannedStage
@@ -37,7 +38,6 @@ from beam_ext.runner.worker._direct import decoded_batches, run_direct_chain
 from beam_ext.runner.worker._stateful import keyed_groups
 
 _LOG = logging.getLogger("beam_ext.runner")
-_RUNNER_NAMESPACE = "beam_ext.runner"  # metrics the runner reports about itself
 
 
 #: Largest main input (a Create's encoded payload) of a stage that gathers
@@ -579,8 +579,8 @@ class BatchExecutor:
             self.monitoring[stage_name] = list(monitoring_infos.consolidate(infos))
         for step, (runs, size) in self._spills_by_step().items():
             self.monitoring[f"group {step}"] = [
-                monitoring_infos.int64_user_counter(_RUNNER_NAMESPACE, "group_spilled_runs", runs, ptransform=step),
-                monitoring_infos.int64_user_counter(_RUNNER_NAMESPACE, "group_spilled_bytes", size, ptransform=step)]
+                monitoring_infos.int64_user_counter(RUNNER_NAMESPACE, "group_spilled_runs", runs, ptransform=step),
+                monitoring_infos.int64_user_counter(RUNNER_NAMESPACE, "group_spilled_bytes", size, ptransform=step)]
         for stage_name, step_name, counters in self._native_counters:
             self.monitoring[stage_name] = [
                 monitoring_infos.int64_user_counter(namespace, name, value, ptransform=step_name)

@@ -16,15 +16,18 @@ import collections
 from typing import Any, Iterable, Iterator
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
+from apache_beam.metrics import monitoring_infos
+from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.transforms import trigger
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.window import IntervalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Timestamp
 
+from beam_ext.runner._metrics import RUNNER_NAMESPACE
 from beam_ext.runner._shuffle import windowed_records
 from beam_ext.runner.state import _versioned as versioned
 from beam_ext.runner.worker._streaming import BatchContext, ReportFn, TaskSummary
-from beam_ext.runner.worker._trigger_driver import trigger_driver
+from beam_ext.runner.worker._trigger_driver import NonMergingTriggerDriver, expired_values, trigger_driver
 
 _CHUNK_BYTES = 4 << 20
 
@@ -147,6 +150,8 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
             return [chunk]
         return []
 
+    # Late values dropped: ours counts them; Beam's driver (merging windows) does not.
+    counts_elsewhere, dropped = not isinstance(driver, NonMergingTriggerDriver), 0
     by_key: dict[bytes, list] = collections.defaultdict(list)
     gathered: dict[bytes, list] = collections.defaultdict(list)  # (windows, values) records, by key
     window_sets = _WindowSets(group.pre_coder, windows)
@@ -168,6 +173,8 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
             state = states[encoded_key] = trigger.InMemoryUnmergedState()
         key = key_impl.decode_nested(encoded_key)
         records = gathered.get(encoded_key)
+        if counts_elsewhere and encoded_key in by_key:
+            dropped += expired_values(group.windowing, by_key[encoded_key], context.previous_watermark)
         panes = driver.process_elements(
             state, by_key.get(encoded_key, ()), previous_output_watermark, context.previous_watermark,
             **({"gathered": records} if records else {}))
@@ -190,6 +197,12 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
         written += out.size()
         yield out.get()
     summary = TaskSummary(output_bytes={0: written} if written else {})
+    dropped += 0 if counts_elsewhere else driver.dropped
+    if dropped:
+        # As Beam's Java runners count droppedDueToLateness: per value and window.
+        summary.metrics.append(beam_fn_api_pb2.ProcessBundleResponse(monitoring_infos=[
+            monitoring_infos.int64_user_counter(RUNNER_NAMESPACE, "dropped_due_to_lateness", dropped,
+                                                ptransform=group.step)]).SerializeToString())
     kept = {}
     for encoded_key, state in states.items():
         if not state.state and not state.timers and not state.global_state:

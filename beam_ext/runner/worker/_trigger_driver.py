@@ -44,6 +44,14 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 
 
+def expired_values(windowing: Any, windowed_values: Iterable[Any], input_watermark: Timestamp) -> int:
+    """How many of ``windowed_values``' (value, window) pairs Beam's driver drops as
+    past their window's allowed lateness (what :class:`NonMergingTriggerDriver` counts
+    in ``dropped``)."""
+    lateness = windowing.allowed_lateness
+    return sum(1 for wv in windowed_values for window in wv.windows if input_watermark > window.end + lateness)
+
+
 def trigger_driver(windowing: Any, clock: Any) -> trigger.TriggerDriver:
     """The driver a streaming GroupByKey runs: :class:`NonMergingTriggerDriver`
     where the windows do not merge, else Beam's (``trigger.create_trigger_driver``)."""
@@ -134,6 +142,8 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
         # The state is wrapped here, in the adapter above, not by Beam's code.
         self.is_merging = False
         self._views: dict[tuple[str, int], tuple[Any, Any]] = {}
+        # Values dropped in windows past their allowed lateness, one per window.
+        self.dropped = 0
 
     def process_timer(self, window_id: Any, name: str, time_domain: Any, timestamp: Timestamp, state: Any,
                       input_watermark: Timestamp | None = None) -> Iterator[Any]:
@@ -162,9 +172,11 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
                 elements = by_window.get(window)
                 if elements is None:
                     if window in expired:
+                        self.dropped += 1
                         continue
                     if input_watermark > window.end + lateness:
                         expired.add(window)
+                        self.dropped += 1
                         continue
                     elements = by_window[window] = []
                 elements.append(wv)
@@ -174,10 +186,12 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
                 found = values_of.get(window)
                 if found is None:
                     if window in expired:
+                        self.dropped += len(values)
                         continue
                     if window not in by_window:
                         if input_watermark > window.end + lateness:
                             expired.add(window)
+                            self.dropped += len(values)
                             continue
                         by_window[window] = []
                     found = values_of[window] = []
