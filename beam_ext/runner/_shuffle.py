@@ -29,7 +29,7 @@ from apache_beam.utils import windowed_value
 
 from beam_ext._key_hash import key_hash
 from beam_ext.runner._batch_panes import pane_driver
-from beam_ext.runner._element_batches import Same, batched
+from beam_ext.runner._element_batches import Same, batched, windowed
 from beam_ext.runner._group_spill import KEY_OVERHEAD, VALUE_OVERHEAD, ExternalGrouping, Group, SpillStats
 from beam_ext.runner._row_columns import RowColumns
 
@@ -387,14 +387,15 @@ class WindowedKeyedValues:
             self._window_impl.encode_to_stream(window, out, True)
         if len(self._windows) >= 4096:
             self._windows.clear()
-        self._windows[id(windows)] = (windows, out.get())
-        return self._windows[id(windows)][1]
+        encoded = out.get()
+        self._windows[id(windows)] = (windows, encoded)
+        return encoded
 
     def add(self, batch: Any) -> Iterator[tuple[int, bytes]]:
-        """Takes a batch of windowed KVs (a list, or values sharing one ``Same``
-        template); yields the ``(target, blob)`` of each flush."""
+        """Takes a batch of windowed KVs (any of :mod:`._element_batches`' kinds);
+        yields the ``(target, blob)`` of each flush."""
         if self._pairs is not None:
-            yield from self._pairs.add(self._writer.pairs(batch.windowed() if type(batch) is Same else batch))
+            yield from self._pairs.add(self._writer.pairs(windowed(batch)))
             return
         table, get, keys, plain = self._table, self._table.get, self._keys, _PLAIN_KEYS
         encode_key, encode_value = self._encode_key, self._encode_value
@@ -405,7 +406,7 @@ class WindowedKeyedValues:
             # Runs of elements with the same window set object: consecutive
             # elements mostly share it.
             runs, last = [], None
-            for wv in batch:
+            for wv in windowed(batch):
                 if wv.windows is not last:
                     last, kvs = wv.windows, []
                     runs.append((last, kvs))

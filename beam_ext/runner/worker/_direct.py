@@ -1267,7 +1267,7 @@ def _shuffled(chain: DirectChain, last: str, batches: Iterator[list],
             continue
         try:
             if shuffle.by_window:
-                yield from buckets.add(batch if type(batch) is Same else windowed(batch))
+                yield from buckets.add(batch)
             elif encoders is None:
                 yield from buckets.add(shuffle.pairs(windowed(batch)))
             else:

@@ -175,9 +175,11 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
         records = gathered.get(encoded_key)
         if counts_elsewhere and encoded_key in by_key:
             dropped += expired_values(group.windowing, by_key[encoded_key], context.previous_watermark)
-        panes = driver.process_elements(
-            state, by_key.get(encoded_key, ()), previous_output_watermark, context.previous_watermark,
-            **({"gathered": records} if records else {}))
+        values = by_key.get(encoded_key, ())
+        # Only our driver takes gathered records (GroupSpec.by_window).
+        panes = (driver.process_elements(state, values, previous_output_watermark, context.previous_watermark,
+                                         gathered=records) if records else
+                 driver.process_elements(state, values, previous_output_watermark, context.previous_watermark))
         for chunk in emit(key, panes):
             yield chunk
     now = float(context.processing_time)
