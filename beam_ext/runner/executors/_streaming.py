@@ -48,7 +48,7 @@ from beam_ext.runner.executors._watermarks import make_watermarks
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.state import _versioned as versioned
 from beam_ext.runner.worker._streaming import BatchContext, TaskSummary, run_streaming_chain, run_streaming_partition
-from beam_ext.runner.worker._streaming_group import run_streaming_group
+from beam_ext.runner.worker._streaming_group import run_grouped_chain, run_streaming_group
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -66,6 +66,12 @@ def _chain_task(chain, setup, bundle_bytes: int, broadcast, report, partition, r
 def _group_task(group, context, previous_output, report, partition, records):
     return run_streaming_group(group, context, previous_output, report, partition,
                                (blob for _, blob in records))
+
+
+def _grouped_chain_task(group, context, previous_output, group_report, chain, setup, bundle_bytes, chain_report,
+                        partition, records):
+    return run_grouped_chain(group, context, previous_output, group_report, chain, setup, bundle_bytes,
+                             chain_report, partition, (blob for _, blob in records))
 
 
 def _keyed_records(splitter: ElementSplitter, partitions: int, index: int, chunks):
@@ -125,6 +131,36 @@ class StreamingExecutor(BatchExecutor):
         self._empties: dict[int, Any] = {}
         self._watermarks = make_watermarks(watermarks, self._sc, plan, parallelism, self._producers,
                                            self._group_owner, tracker_options)
+        self._fused = self._fused_readers()
+
+    def _fused_readers(self) -> dict[bytes, int]:
+        """The groupings whose panes their reader's steps take in the group's
+        own task, by buffer: the reader's stage number.
+
+        A grouping qualifies when one stage reads it, as its one input, and
+        that stage runs steps on element objects that keep nothing between
+        batches and read no side input: such a stage needs neither its input
+        watermark nor a barrier, so running it inside the group's task
+        changes nothing but the encoding and persisting of the panes between
+        them. The tracker's watermarks follow each buffer's records, so with
+        it every grouping keeps its output.
+        """
+        if self._watermarks.mode != "min":
+            return {}
+        readers: dict[bytes, list[int]] = {}
+        for number, stage in enumerate(self._plan.stages):
+            for buffer_id in {*stage.inputs, *(spec.buffer for spec in stage.side_inputs)}:
+                readers.setdefault(buffer_id, []).append(number)
+        fused = {}
+        for buffer_id in self._group_owner:
+            [*numbers] = readers.get(buffer_id, ())
+            if len(numbers) != 1:
+                continue
+            stage = self._plan.stages[numbers[0]]
+            if (stage.inputs == [buffer_id] and stage.direct is not None and stage.native is None
+                    and not stage.keeps_state and not stage.side_inputs and not stage.spread):
+                fused[buffer_id] = numbers[0]
+        return fused
 
     def _upstream_owners(self) -> dict[str, frozenset[str]]:
         """Every stage's and group's upstream stages and groups (through main
@@ -458,6 +494,9 @@ class StreamingExecutor(BatchExecutor):
     def _run_streaming_stage(self, number: int, stage: PlannedStage, progress: Progress,
                              now: Timestamp) -> None:
         owner = f"stage{number}"
+        if stage.inputs and self._fused.get(stage.inputs[0]) == number:
+            self._run_group(stage.inputs[0], progress, now, reader=number)
+            return
         for buffer_id in stage.inputs:
             if buffer_id in self._group_owner and buffer_id not in self._grouped:
                 self._run_group(buffer_id, progress, now)
@@ -506,8 +545,9 @@ class StreamingExecutor(BatchExecutor):
     def _launch(self, pending: _Pending) -> None:
         from pyspark import StorageLevel
 
-        pending.rdd.persist(StorageLevel.MEMORY_AND_DISK)
-        self._persisted.append(pending.rdd)
+        if not pending.rdd.is_cached:  # a grouping and its reader share one
+            pending.rdd.persist(StorageLevel.MEMORY_AND_DISK)
+            self._persisted.append(pending.rdd)
         self._pending.append(pending)
         self._ran += 1
 
@@ -611,10 +651,15 @@ class StreamingExecutor(BatchExecutor):
             self._side_chunks.setdefault(spec.buffer, [])
 
     # -- GroupByKey --------------------------------------------------------
-    def _run_group(self, buffer_id: bytes, progress: Progress, now: Timestamp) -> None:
+    def _run_group(self, buffer_id: bytes, progress: Progress, now: Timestamp, reader: int | None = None) -> None:
+        """Runs the grouping of ``buffer_id`` in this batch, if it has input or
+        due timers; with ``reader`` (:meth:`_fused_readers`), that stage's
+        steps too, in the same tasks."""
         owner = self._group_owner[buffer_id]
         self._barrier(progress, owner)  # its tasks need the input watermark
         self._reached.append((owner, (buffer_id,)))
+        if reader is not None:
+            self._reached.append((f"stage{reader}", (buffer_id,)))
         watermark = self._input_watermark(owner, (buffer_id,), progress)
         summary = progress.summaries.get(owner, TaskSummary())
         has_input = bool(self._buffers.get(buffer_id))
@@ -633,19 +678,33 @@ class StreamingExecutor(BatchExecutor):
             read_version=progress.state_versions.get(owner),
             previous_watermark=self.progress.input_watermark(owner),
             watermark=watermark, processing_time=now)
-        out = blobs.mapPartitionsWithIndex(self._watermarks.task(
-            owner, functools.partial(_group_task, self._plan.groups[buffer_id], context,
-                                     self.progress.output_watermark(owner)),
-            self._reporter(progress.batch, owner), progress))
+        group = self._plan.groups[buffer_id]
         gbk = split_buffer_id(buffer_id)[1]
         # Logs and errors name the user's step; the transform id keys the
         # stage's metrics, in checkpoints too.
         reads = frozenset(self._buffer_owners.get(buffer_id, ()) if has_input else ())
-        self._launch(_Pending(owner, f"GroupByKey {gbk}", out, (self._plan.groups[buffer_id].step,),
-                              {0: buffer_id}, reads=reads))
         progress.state_versions[owner] = progress.batch
-        self._grouped[buffer_id] = out
-        self._buffer_owners[buffer_id] = [owner]
+        if reader is None:
+            out = blobs.mapPartitionsWithIndex(self._watermarks.task(
+                owner, functools.partial(_group_task, group, context, self.progress.output_watermark(owner)),
+                self._reporter(progress.batch, owner), progress))
+            self._launch(_Pending(owner, f"GroupByKey {gbk}", out, (group.step,), {0: buffer_id}, reads=reads))
+            self._grouped[buffer_id] = out
+            self._buffer_owners[buffer_id] = [owner]
+            return
+        stage, stage_owner = self._plan.stages[reader], f"stage{reader}"
+        _LOG.debug("stage %s runs in the tasks of the grouping it reads, %s", stage.label, group.step)
+        out = blobs.mapPartitionsWithIndex(functools.partial(
+            _grouped_chain_task, group, context, self.progress.output_watermark(owner),
+            self._reporter(progress.batch, owner), stage.direct, stage.spec.worker_setup, stage.spec.bundle_bytes,
+            self._reporter(progress.batch, stage_owner)))
+        # Two owners, one RDD: the grouping writes no output of its own, and
+        # its reader's pending entry (which reads it) drains them both.
+        self._launch(_Pending(owner, f"GroupByKey {gbk}", out, (group.step,), {}, reads=reads))
+        self._launch(_Pending(stage_owner, stage.name, out, stage.steps,
+                              dict(enumerate(stage.outputs)), stage.source_pcolls, frozenset({owner})))
+        for index, output in enumerate(stage.outputs):
+            self._write_from(stage_owner, output, out.filter(lambda r, i=index: r[0] == i).values())
 
 
 @dataclasses.dataclass

@@ -232,10 +232,17 @@ def run_streaming_chain(chain: DirectChain, setup: WorkerSetup | None, bundle_by
     GroupByKey's input. Its summary holds no watermark back and names no
     due work; the task's metrics go with it to ``report``.
     """
-    metrics: list[bytes] = []
-    output_bytes: dict[int, int] = {}
     batches = decoded_batches(chain.input_coder, bundle_bytes, (chunk for _, chunk in records),
                               bundles=chain.sees_bundles())
+    yield from run_chain_on(chain, setup, batches, side_inputs, report, partition)
+
+
+def run_chain_on(chain: DirectChain, setup: WorkerSetup | None, batches: Iterator[Any],
+                 side_inputs: list[list[bytes]] | None, report: ReportFn, partition: int) -> Iterator[tuple[int, Any]]:
+    """:func:`run_streaming_chain` over ``batches`` of element objects (and
+    :data:`BUNDLE_END` markers, if the chain sees bundles)."""
+    metrics: list[bytes] = []
+    output_bytes: dict[int, int] = {}
     yield from _counted(run_direct_chain(chain, setup, batches, metrics, side_inputs or (), indexed=True),
                         output_bytes)
     report(partition, TaskSummary(output_bytes=output_bytes, metrics=metrics))

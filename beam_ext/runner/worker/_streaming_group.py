@@ -23,10 +23,13 @@ from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.transforms.window import IntervalWindow
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Timestamp
 
+from beam_ext.runner._element_batches import BATCH, BUNDLE_END
 from beam_ext.runner._metrics import RUNNER_NAMESPACE
 from beam_ext.runner._shuffle import windowed_records
 from beam_ext.runner.state import _versioned as versioned
-from beam_ext.runner.worker._streaming import BatchContext, ReportFn, TaskSummary
+from beam_ext.runner.worker._direct import DirectChain
+from beam_ext.runner.worker._setup import WorkerSetup
+from beam_ext.runner.worker._streaming import BatchContext, ReportFn, TaskSummary, run_chain_on
 from beam_ext.runner.worker._trigger_driver import NonMergingTriggerDriver, expired_values, trigger_driver
 
 _CHUNK_BYTES = 4 << 20
@@ -129,6 +132,82 @@ def _only_pane_counts(state: trigger.InMemoryUnmergedState) -> bool:
 def run_streaming_group(group: Any, context: BatchContext, previous_output_watermark: Timestamp,
                         report: ReportFn, partition: int, blobs: Iterable[bytes]) -> Iterator[bytes]:
     """Groups one shuffled partition of one batch; yields encoded chunks of panes, reports a summary."""
+    out_impl = group.post_coder.get_impl()
+    out = create_OutputStream()
+    written = 0
+    summary = TaskSummary()
+    for key, panes in _panes_by_key(group, context, previous_output_watermark, partition, blobs, summary):
+        for pane in panes:
+            out_impl.encode_to_stream(pane.with_value((key, pane.value)), out, True)
+        if out.size() >= _CHUNK_BYTES:
+            written += out.size()
+            yield out.get()
+            out = create_OutputStream()
+    if out.size():
+        written += out.size()
+        yield out.get()
+    if written:
+        summary.output_bytes = {0: written}
+    report(partition, summary)
+
+
+def run_grouped_chain(group: Any, context: BatchContext, previous_output_watermark: Timestamp,
+                      group_report: ReportFn, chain: DirectChain, setup: WorkerSetup | None, bundle_bytes: int,
+                      chain_report: ReportFn, partition: int, blobs: Iterable[bytes]) -> Iterator[tuple[int, Any]]:
+    """Groups one shuffled partition of one batch and runs the grouping's one
+    reader, a stage of steps on element objects that keeps nothing between
+    batches, on its panes in the same task: the panes are never encoded.
+
+    Yields and reports what :func:`run_streaming_chain` does for the reader;
+    reports the grouping's summary as :func:`run_streaming_group` does (with
+    no output bytes: the grouping has no output of its own to read).
+    """
+    summary = TaskSummary()
+    panes = _panes_by_key(group, context, previous_output_watermark, partition, blobs, summary)
+    yield from run_chain_on(chain, setup, _pane_batches(panes, group, bundle_bytes if chain.sees_bundles() else 0),
+                            None, chain_report, partition)
+    group_report(partition, summary)
+
+
+def _pane_batches(panes: Iterator[tuple[Any, list]], group: Any, bundle_bytes: int) -> Iterator[Any]:
+    """The grouped elements of ``panes`` as the reader's input: lists of at
+    most ``BATCH`` ``WindowedValue``s of ``(key, values)``.
+
+    With ``bundle_bytes``, a :data:`BUNDLE_END` once a bundle's values reach
+    about that many encoded bytes, as Beam's bundle processor cuts its
+    input; the size is estimated from the first values' encodings, so that
+    no pane is encoded whole.
+    """
+    value_impl = group.pre_coder.wrapped_value_coder.value_coder().get_impl()
+    per_value = None
+    batch: list = []
+    size = 0
+    for key, key_panes in panes:
+        for pane in key_panes:
+            # A list of its own: the trigger's state may still hold the pane's (accumulating panes).
+            values = list(pane.value)
+            if bundle_bytes and values:
+                if per_value is None:
+                    sample = values[:16]
+                    per_value = max(1, sum(value_impl.estimate_size(v, True) for v in sample) // len(sample))
+                size += per_value * len(values)
+            batch.append(pane.with_value((key, values)))
+            if bundle_bytes and size >= bundle_bytes:
+                yield batch
+                yield BUNDLE_END
+                batch, size = [], 0
+            elif len(batch) == BATCH:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def _panes_by_key(group: Any, context: BatchContext, previous_output_watermark: Timestamp, partition: int,
+                  blobs: Iterable[bytes], summary: TaskSummary) -> Iterator[tuple[Any, list]]:
+    """Each key's panes of one shuffled partition of one batch, as ``(key,
+    panes)``: the elements', then the timers'. Once exhausted, the partition's
+    state is saved as this batch's version and ``summary`` is complete."""
     saved = versioned.read(context.state_root, context.owner, partition, context.read_version) \
         if context.read_version is not None else None
     windows = _Windows()
@@ -136,19 +215,6 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
     driver = trigger_driver(group.windowing, _BatchClock(context.processing_time))
     pre_impl = group.pre_coder.get_impl()
     key_impl = group.pre_coder.wrapped_value_coder.key_coder().get_impl()
-    out_impl = group.post_coder.get_impl()
-    out = create_OutputStream()
-    written = 0
-
-    def emit(key, panes):
-        nonlocal out, written
-        for pane in panes:
-            out_impl.encode_to_stream(pane.with_value((key, pane.value)), out, True)
-        if out.size() >= _CHUNK_BYTES:
-            written += out.size()
-            chunk, out = out.get(), create_OutputStream()
-            return [chunk]
-        return []
 
     # Late values dropped: ours counts them; Beam's driver (merging windows) does not.
     counts_elsewhere, dropped = not isinstance(driver, NonMergingTriggerDriver), 0
@@ -180,8 +246,7 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
         panes = (driver.process_elements(state, values, previous_output_watermark, context.previous_watermark,
                                          gathered=records) if records else
                  driver.process_elements(state, values, previous_output_watermark, context.previous_watermark))
-        for chunk in emit(key, panes):
-            yield chunk
+        yield key, panes
     now = float(context.processing_time)
     for encoded_key, state in states.items():
         key = None
@@ -192,13 +257,7 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
             if key is None:
                 key = key_impl.decode_nested(encoded_key)
             for window, (name, domain, timestamp, _tag) in fired:
-                for chunk in emit(key, driver.process_timer(
-                        window, name, domain, timestamp, state, context.watermark)):
-                    yield chunk
-    if out.size():
-        written += out.size()
-        yield out.get()
-    summary = TaskSummary(output_bytes={0: written} if written else {})
+                yield key, driver.process_timer(window, name, domain, timestamp, state, context.watermark)
     dropped += 0 if counts_elsewhere else driver.dropped
     if dropped:
         # As Beam's Java runners count droppedDueToLateness: per value and window.
@@ -226,4 +285,3 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
     versioned.write(context.state_root, context.owner, partition, context.batch, kept)
     if summary.hold > MAX_TIMESTAMP:
         summary.hold = MAX_TIMESTAMP
-    report(partition, summary)

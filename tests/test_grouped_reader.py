@@ -1,0 +1,154 @@
+"""In streaming, a grouping's one reader runs in the grouping's own tasks, on its panes as objects.
+
+Where one stage reads a GroupByKey's output, as its only input, and that
+stage keeps nothing between micro-batches and reads no side input, the
+executor runs the stage's steps in the group's tasks: the panes go from the
+trigger driver to the reader's steps without being encoded and persisted.
+The outputs must be the DirectRunner's, panes of every timing included; a
+reader that sees bundles gets them cut at about ``--spark_bundle_size``.
+"""
+from __future__ import annotations
+
+import logging
+
+import apache_beam as beam
+from apache_beam.metrics import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms import trigger, window
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from pipeline_outputs import AppendLines, keyed_test_stream, read_lines, streaming_equals_direct
+
+from beam_ext.runner import SparkRunner
+
+_FUSED = "runs in the tasks of the grouping it reads, "
+
+# Each example runs its stream on both runners, ~0.5 s per micro-batch on
+# Spark: a few examples, reproducible; a failure is reported as found.
+_SETTINGS = settings(max_examples=4, deadline=None, derandomize=True, database=None,
+                     phases=[Phase.explicit, Phase.generate], suppress_health_check=[HealthCheck.too_slow])
+
+
+@st.composite
+def streams(draw):
+    """Up to four element events of (key, value, timestamp) with watermark
+    advances between them: some values come early, some late, some too late."""
+    events, value = [], 0
+    for _ in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(1, 6))
+        stamps = draw(st.lists(st.integers(0, 39), min_size=n, max_size=n))
+        keys = draw(st.lists(st.sampled_from("ab"), min_size=n, max_size=n))
+        events.append(("elements", [(k, value + i, ts) for i, (k, ts) in enumerate(zip(keys, stamps))]))
+        value += n
+        if draw(st.booleans()):
+            events.append(("watermark", draw(st.integers(0, 60))))
+    return events
+
+
+class _FusedGroupings(logging.Handler):
+    """The groupings whose reader ran in their tasks, from the executor's debug lines, while in a ``with``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.steps: set[str] = set()
+        self._logger = logging.getLogger("beam_ext.runner")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if _FUSED in message:
+            self.steps.add(message.split(_FUSED)[1])
+
+    def __enter__(self) -> _FusedGroupings:
+        self._level = self._logger.level
+        self._logger.setLevel(logging.DEBUG)
+        self._logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._logger.removeHandler(self)
+        self._logger.setLevel(self._level)
+
+
+@_SETTINGS
+@given(streams(), st.sampled_from([trigger.AccumulationMode.ACCUMULATING, trigger.AccumulationMode.DISCARDING]))
+def test_a_groupings_reader_in_its_tasks_equals_the_direct_runner(spark, tmp_path_factory, events, mode):
+    def build(p):
+        return (p | keyed_test_stream(events)
+                | "Fixed" >> beam.WindowInto(window.FixedWindows(10),
+                                             trigger=trigger.AfterWatermark(early=trigger.AfterCount(2),
+                                                                            late=trigger.AfterCount(1)),
+                                             allowed_lateness=15, accumulation_mode=mode)
+                | beam.GroupByKey()
+                # Timestamps in milliseconds: Beam's windowed value coder keeps no more.
+                | "Panes" >> beam.MapTuple(lambda k, vs, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam,
+                                           p=beam.DoFn.PaneInfoParam:
+                                           [k, sorted(vs), str(w), t.micros // 1000, p.timing, p.index, p.is_last])
+                | "Global" >> beam.WindowInto(window.GlobalWindows()))
+
+    with _FusedGroupings() as fused:
+        out = streaming_equals_direct(build, tmp_path_factory.mktemp("fused"))
+    assert "GroupByKey" in fused.steps
+    # The last pane of each key and window holds, accumulating, every value
+    # that came in time or within the lateness: at most all of the key's values.
+    for key, values, *_ in out:
+        assert set(values) <= {v for kind, elements in events if kind == "elements" for k, v, _ in elements
+                               if k == key}
+
+
+class _BundleSums(beam.DoFn):
+    """Sums what it sees per bundle and outputs the sums when the bundle finishes, counting bundles."""
+
+    def start_bundle(self):
+        self._sum = 0
+        self._window = None
+
+    def process(self, kv, w=beam.DoFn.WindowParam):
+        self._sum += sum(kv[1])
+        self._window = w
+
+    def finish_bundle(self):
+        beam.metrics.Metrics.counter("reader", "bundles").inc()
+        if self._window is not None:
+            yield beam.utils.windowed_value.WindowedValue(
+                self._sum, self._window.max_timestamp(), [self._window])
+
+
+def test_a_reader_that_sees_bundles_gets_them_cut_by_size(spark, tmp_path):
+    """With a bundle size of 1 KiB, 40 keys of 50 numbers each (about 100
+    bytes per key) make several bundles; their sums add up to the total."""
+    events = [("elements", [(f"k{i % 40}", i, 1) for i in range(2000)])]
+    path = str(tmp_path / "out.jsonl")
+    p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming", "--spark_bundle_size=1024"]))
+    _ = (p | keyed_test_stream(events) | beam.WindowInto(window.FixedWindows(10)) | beam.GroupByKey()
+         | beam.ParDo(_BundleSums()) | beam.ParDo(AppendLines(path)))
+    with _FusedGroupings() as fused:
+        result = p.run()
+        result.wait_until_finish()
+    [bundles] = result.metrics().query(MetricsFilter().with_name("bundles"))["counters"]
+    assert sum(read_lines(path)) == sum(range(2000))
+    assert bundles.committed > 2  # more than one per task
+    assert "GroupByKey" in fused.steps
+
+
+def test_a_grouping_whose_reader_has_a_side_input_keeps_its_output(spark, tmp_path):
+    """Two readers of one grouping, one with a side input (Beam's fusion
+    puts them in one stage, which reads the side input), read the grouping's
+    persisted output; outputs equal the DirectRunner's."""
+    events = [("elements", [("a", 1, 1), ("b", 2, 3), ("a", 3, 12)]), ("watermark", 11),
+              ("elements", [("b", 4, 14)])]
+
+    def build(p):
+        table = p | "Table" >> beam.Create([("a", 10), ("b", 20)])
+        grouped = (p | keyed_test_stream(events) | "Fixed" >> beam.WindowInto(window.FixedWindows(10))
+                   | beam.GroupByKey())
+        sums = grouped | "Sums" >> beam.MapTuple(lambda k, vs: ["sum", k, sum(vs)])
+        weighed = grouped | "Weigh" >> beam.Map(lambda kv, w: ["weighed", kv[0], sum(kv[1]) * w[kv[0]]],
+                                                w=beam.pvalue.AsDict(table))
+        return (sums, weighed) | beam.Flatten() | "Global" >> beam.WindowInto(window.GlobalWindows())
+
+    with _FusedGroupings() as fused:
+        out = streaming_equals_direct(build, tmp_path)
+    assert sorted(out) == [["sum", "a", 1], ["sum", "a", 3], ["sum", "b", 2], ["sum", "b", 4],
+                           ["weighed", "a", 10], ["weighed", "a", 30], ["weighed", "b", 40], ["weighed", "b", 80]]
+    assert "GroupByKey" not in fused.steps
+    assert "Table/MaybeReshuffle/Reshuffle/ReshufflePerKey/GroupByKey" in fused.steps  # the Create's Reshuffle
