@@ -7,9 +7,11 @@ runs every stage that has work, in topological order, as Spark jobs:
 * a stage runs when it has new input, or when a timer or residual of its
   saved state is due under its new input watermark or the batch's
   processing time; the others are skipped and keep their state;
-* a GroupByKey runs as its own job between its producers and its consumer
-  (:mod:`beam_ext.runner.worker._streaming_group`), so the consumer's input
-  watermark includes every key's hold, as in Beam's model;
+* a GroupByKey runs after a barrier, in tasks of its own
+  (:mod:`beam_ext.runner.worker._streaming_group`), so its consumer's input
+  watermark includes every key's hold, as in Beam's model; a consumer that
+  needs no input watermark (it keeps nothing and reads no side input) and
+  alone reads the grouping runs in the grouping's tasks;
 * watermarks follow Beam's DirectRunner: a stage's input watermark is the
   minimum of its inputs' output watermarks, its output watermark the
   minimum of that and its holds (pending timers, panes, SDF watermark

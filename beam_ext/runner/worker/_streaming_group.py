@@ -8,7 +8,9 @@ per-element work once per window: :mod:`._trigger_driver`), elements processed u
 the input watermark the group had before this batch, then timers (end of
 window, garbage collection, processing-time triggers) fired under the new
 one. The per-key states of a partition are saved as one version per batch,
-like a stage's (:mod:`._streaming`).
+like a stage's (:mod:`._streaming`). The panes are encoded for the
+stage that reads them, or, where the executor runs that stage in the same
+task (:func:`run_grouped_chain`), handed to its steps as objects.
 """
 from __future__ import annotations
 
