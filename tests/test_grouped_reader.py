@@ -1,9 +1,9 @@
 """In streaming, a grouping's one reader runs in the grouping's own tasks, on its panes as objects.
 
-Where one stage reads a GroupByKey's output, as its only input, and that
-stage keeps nothing between micro-batches and reads no side input, the
-executor runs the stage's steps in the group's tasks: the panes go from the
-trigger driver to the reader's steps without being encoded and persisted.
+Where one stage reads a GroupByKey's output, as its only main input, and
+that stage keeps nothing between micro-batches, the executor runs the
+stage's steps in the group's tasks: the panes go from the trigger driver to
+the reader's steps without being encoded and persisted.
 The outputs must be the DirectRunner's, panes of every timing included; a
 reader that sees bundles gets them cut at about ``--spark_bundle_size``.
 """
@@ -130,17 +130,20 @@ def test_a_reader_that_sees_bundles_gets_them_cut_by_size(spark, tmp_path):
     assert "GroupByKey" in fused.steps
 
 
-def test_a_grouping_whose_reader_has_a_side_input_keeps_its_output(spark, tmp_path):
-    """Two readers of one grouping, one with a side input (Beam's fusion
-    puts them in one stage, which reads the side input), read the grouping's
-    persisted output; outputs equal the DirectRunner's."""
-    events = [("elements", [("a", 1, 1), ("b", 2, 3), ("a", 3, 12)]), ("watermark", 11),
-              ("elements", [("b", 4, 14)])]
+_EVENTS = [("elements", [("a", 1, 1), ("b", 2, 3), ("a", 3, 12)]), ("watermark", 11), ("elements", [("b", 4, 14)])]
 
+
+def _grouped(p):
+    return p | keyed_test_stream(_EVENTS) | "Fixed" >> beam.WindowInto(window.FixedWindows(10)) | beam.GroupByKey()
+
+
+def test_a_reader_with_a_side_input_runs_in_the_groupings_tasks(spark, tmp_path):
+    """Two readers of one grouping, one with a side input: Beam's fusion puts
+    them in one stage, which reads the side input; the side input is listed
+    before the grouping runs, and the stage runs in the grouping's tasks."""
     def build(p):
         table = p | "Table" >> beam.Create([("a", 10), ("b", 20)])
-        grouped = (p | keyed_test_stream(events) | "Fixed" >> beam.WindowInto(window.FixedWindows(10))
-                   | beam.GroupByKey())
+        grouped = _grouped(p)
         sums = grouped | "Sums" >> beam.MapTuple(lambda k, vs: ["sum", k, sum(vs)])
         weighed = grouped | "Weigh" >> beam.Map(lambda kv, w: ["weighed", kv[0], sum(kv[1]) * w[kv[0]]],
                                                 w=beam.pvalue.AsDict(table))
@@ -150,5 +153,27 @@ def test_a_grouping_whose_reader_has_a_side_input_keeps_its_output(spark, tmp_pa
         out = streaming_equals_direct(build, tmp_path)
     assert sorted(out) == [["sum", "a", 1], ["sum", "a", 3], ["sum", "b", 2], ["sum", "b", 4],
                            ["weighed", "a", 10], ["weighed", "a", 30], ["weighed", "b", 40], ["weighed", "b", 80]]
+    assert {"GroupByKey", "Table/MaybeReshuffle/Reshuffle/ReshufflePerKey/GroupByKey"} <= fused.steps
+
+
+class _RunningSum(beam.DoFn):
+    """A key's running sum of its groups' sums, in user state."""
+
+    TOTAL = beam.transforms.userstate.CombiningValueStateSpec("total", sum)
+
+    def process(self, kv, total=beam.DoFn.StateParam(TOTAL)):
+        total.add(sum(kv[1]))
+        yield [kv[0], total.read()]
+
+
+def test_a_reader_that_keeps_state_reads_the_groupings_output(spark, tmp_path):
+    """A stateful reader keeps its own stage, partitioned by key: the grouping
+    keeps its output, and the outputs equal the DirectRunner's."""
+    def build(p):
+        return _grouped(p) | "Running" >> beam.ParDo(_RunningSum()) | "Global" >> beam.WindowInto(
+            window.GlobalWindows())
+
+    with _FusedGroupings() as fused:
+        out = streaming_equals_direct(build, tmp_path)
+    assert sorted(out) == [["a", 1], ["a", 3], ["b", 2], ["b", 4]]
     assert "GroupByKey" not in fused.steps
-    assert "Table/MaybeReshuffle/Reshuffle/ReshufflePerKey/GroupByKey" in fused.steps  # the Create's Reshuffle

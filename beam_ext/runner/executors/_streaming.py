@@ -10,8 +10,8 @@ runs every stage that has work, in topological order, as Spark jobs:
 * a GroupByKey runs after a barrier, in tasks of its own
   (:mod:`beam_ext.runner.worker._streaming_group`), so its consumer's input
   watermark includes every key's hold, as in Beam's model; a consumer that
-  needs no input watermark (it keeps nothing and reads no side input) and
-  alone reads the grouping runs in the grouping's tasks;
+  needs no input watermark (it keeps nothing between batches) and alone
+  reads the grouping runs in the grouping's tasks;
 * watermarks follow Beam's DirectRunner: a stage's input watermark is the
   minimum of its inputs' output watermarks, its output watermark the
   minimum of that and its holds (pending timers, panes, SDF watermark
@@ -70,10 +70,11 @@ def _group_task(group, context, previous_output, report, partition, records):
                                (blob for _, blob in records))
 
 
-def _grouped_chain_task(group, context, previous_output, group_report, chain, setup, bundle_bytes, chain_report,
-                        partition, records):
+def _grouped_chain_task(group, context, previous_output, group_report, chain, setup, bundle_bytes, broadcast,
+                        chain_report, partition, records):
     return run_grouped_chain(group, context, previous_output, group_report, chain, setup, bundle_bytes,
-                             chain_report, partition, (blob for _, blob in records))
+                             broadcast.value if broadcast is not None else None, chain_report, partition,
+                             (blob for _, blob in records))
 
 
 def _keyed_records(splitter: ElementSplitter, partitions: int, index: int, chunks):
@@ -139,13 +140,14 @@ class StreamingExecutor(BatchExecutor):
         """The groupings whose panes their reader's steps take in the group's
         own task, by buffer: the reader's stage number.
 
-        A grouping qualifies when one stage reads it, as its one input, and
-        that stage runs steps on element objects that keep nothing between
-        batches and read no side input: such a stage needs neither its input
-        watermark nor a barrier, so running it inside the group's task
-        changes nothing but the encoding and persisting of the panes between
-        them. The tracker's watermarks follow each buffer's records, so with
-        it every grouping keeps its output.
+        A grouping qualifies when one stage reads it, as its one main input,
+        and that stage runs steps on element objects that keep nothing
+        between batches: such a stage's tasks need no input watermark, so
+        running it inside the group's tasks changes nothing but the encoding
+        and persisting of the panes between them. Its side inputs (bounded,
+        complete before it runs) are listed before the group runs, as they
+        are before the stage runs. The tracker's watermarks follow each
+        buffer's records, so with it every grouping keeps its output.
         """
         if self._watermarks.mode != "min":
             return {}
@@ -160,7 +162,8 @@ class StreamingExecutor(BatchExecutor):
                 continue
             stage = self._plan.stages[numbers[0]]
             if (stage.inputs == [buffer_id] and stage.direct is not None and stage.native is None
-                    and not stage.keeps_state and not stage.side_inputs and not stage.spread):
+                    and not stage.keeps_state and not stage.spread
+                    and buffer_id not in {spec.buffer for spec in stage.side_inputs}):
                 fused[buffer_id] = numbers[0]
         return fused
 
@@ -496,7 +499,10 @@ class StreamingExecutor(BatchExecutor):
     def _run_streaming_stage(self, number: int, stage: PlannedStage, progress: Progress,
                              now: Timestamp) -> None:
         owner = f"stage{number}"
-        if stage.inputs and self._fused.get(stage.inputs[0]) == number:
+        # Side inputs a checkpoint of an earlier release kept as Fn API state
+        # are read by Beam's bundle processor, as they were then.
+        if (stage.inputs and self._fused.get(stage.inputs[0]) == number
+                and not isinstance(progress.side_inputs.get(number), dict)):
             self._run_group(stage.inputs[0], progress, now, reader=number)
             return
         for buffer_id in stage.inputs:
@@ -658,6 +664,8 @@ class StreamingExecutor(BatchExecutor):
         due timers; with ``reader`` (:meth:`_fused_readers`), that stage's
         steps too, in the same tasks."""
         owner = self._group_owner[buffer_id]
+        if reader is not None and self._plan.stages[reader].side_inputs:
+            self._barrier(progress, f"stage{reader}")  # whether its side inputs are complete
         self._barrier(progress, owner)  # its tasks need the input watermark
         self._reached.append((owner, (buffer_id,)))
         if reader is not None:
@@ -696,10 +704,11 @@ class StreamingExecutor(BatchExecutor):
             return
         stage, stage_owner = self._plan.stages[reader], f"stage{reader}"
         _LOG.debug("stage %s runs in the tasks of the grouping it reads, %s", stage.label, group.step)
+        broadcast = self._streaming_side_inputs(reader, stage, progress)
         out = blobs.mapPartitionsWithIndex(functools.partial(
             _grouped_chain_task, group, context, self.progress.output_watermark(owner),
             self._reporter(progress.batch, owner), stage.direct, stage.spec.worker_setup, stage.spec.bundle_bytes,
-            self._reporter(progress.batch, stage_owner)))
+            broadcast, self._reporter(progress.batch, stage_owner)))
         # Two owners, one RDD: the grouping writes no output of its own, and
         # its reader's pending entry (which reads it) drains them both.
         self._launch(_Pending(owner, f"GroupByKey {gbk}", out, (group.step,), {}, reads=reads))

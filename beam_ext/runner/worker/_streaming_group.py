@@ -155,10 +155,12 @@ def run_streaming_group(group: Any, context: BatchContext, previous_output_water
 
 def run_grouped_chain(group: Any, context: BatchContext, previous_output_watermark: Timestamp,
                       group_report: ReportFn, chain: DirectChain, setup: WorkerSetup | None, bundle_bytes: int,
-                      chain_report: ReportFn, partition: int, blobs: Iterable[bytes]) -> Iterator[tuple[int, Any]]:
+                      side_inputs: list[list[bytes]] | None, chain_report: ReportFn, partition: int,
+                      blobs: Iterable[bytes]) -> Iterator[tuple[int, Any]]:
     """Groups one shuffled partition of one batch and runs the grouping's one
     reader, a stage of steps on element objects that keeps nothing between
     batches, on its panes in the same task: the panes are never encoded.
+    ``side_inputs``: the reader's, as :func:`run_streaming_chain` takes them.
 
     Yields and reports what :func:`run_streaming_chain` does for the reader;
     reports the grouping's summary as :func:`run_streaming_group` does (with
@@ -167,7 +169,7 @@ def run_grouped_chain(group: Any, context: BatchContext, previous_output_waterma
     summary = TaskSummary()
     panes = _panes_by_key(group, context, previous_output_watermark, partition, blobs, summary)
     yield from run_chain_on(chain, setup, _pane_batches(panes, group, bundle_bytes if chain.sees_bundles() else 0),
-                            None, chain_report, partition)
+                            side_inputs, chain_report, partition)
     group_report(partition, summary)
 
 
