@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from hypothesis import strategies as st
 
 
 def run_and_collect(runner: Any, build: Callable[[beam.Pipeline], beam.PCollection],
@@ -132,3 +133,21 @@ def keyed_test_stream(events: list[tuple[str, Any]]) -> Any:
             watermark = arg
             stream = stream.advance_watermark_to(arg)
     return stream.advance_watermark_to_infinity()
+
+
+@st.composite
+def keyed_events(draw, keys: str = "abc"):
+    """Events for :func:`keyed_test_stream`: up to four element events of
+    (key, value, timestamp in 0-59 s), and watermark advances (0-90 s)
+    anywhere between them, so some elements come late and some past the
+    allowed lateness."""
+    events, value = [], 0
+    for _ in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(1, 6))
+        stamps = draw(st.lists(st.integers(0, 59), min_size=n, max_size=n))
+        chosen = draw(st.lists(st.sampled_from(keys), min_size=n, max_size=n))
+        events.append(("elements", [(k, value + i, ts) for i, (k, ts) in enumerate(zip(chosen, stamps))]))
+        value += n
+        if draw(st.booleans()):
+            events.append(("watermark", draw(st.integers(0, 90))))
+    return events

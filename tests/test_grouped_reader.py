@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import trigger, window
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from pipeline_outputs import AppendLines, keyed_test_stream, read_lines, streaming_equals_direct
+from pipeline_outputs import AppendLines, keyed_events, keyed_test_stream, read_lines, streaming_equals_direct
 
 from beam_ext.runner import SparkRunner
 
@@ -27,22 +27,6 @@ _FUSED = "runs in the tasks of the grouping it reads, "
 # Spark: a few examples, reproducible; a failure is reported as found.
 _SETTINGS = settings(max_examples=4, deadline=None, derandomize=True, database=None,
                      phases=[Phase.explicit, Phase.generate], suppress_health_check=[HealthCheck.too_slow])
-
-
-@st.composite
-def streams(draw):
-    """Up to four element events of (key, value, timestamp) with watermark
-    advances between them: some values come early, some late, some too late."""
-    events, value = [], 0
-    for _ in range(draw(st.integers(1, 4))):
-        n = draw(st.integers(1, 6))
-        stamps = draw(st.lists(st.integers(0, 39), min_size=n, max_size=n))
-        keys = draw(st.lists(st.sampled_from("ab"), min_size=n, max_size=n))
-        events.append(("elements", [(k, value + i, ts) for i, (k, ts) in enumerate(zip(keys, stamps))]))
-        value += n
-        if draw(st.booleans()):
-            events.append(("watermark", draw(st.integers(0, 60))))
-    return events
 
 
 class _FusedGroupings(logging.Handler):
@@ -70,7 +54,7 @@ class _FusedGroupings(logging.Handler):
 
 
 @_SETTINGS
-@given(streams(), st.sampled_from([trigger.AccumulationMode.ACCUMULATING, trigger.AccumulationMode.DISCARDING]))
+@given(keyed_events("ab"), st.sampled_from([trigger.AccumulationMode.ACCUMULATING, trigger.AccumulationMode.DISCARDING]))
 def test_a_groupings_reader_in_its_tasks_equals_the_direct_runner(spark, tmp_path_factory, events, mode):
     def build(p):
         return (p | keyed_test_stream(events)

@@ -12,8 +12,14 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import trigger, window
 from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
-from pipeline_outputs import AppendLines, keyed_test_stream, planned_on_objects, read_lines, streaming_equals_direct
+from pipeline_outputs import (
+    AppendLines,
+    keyed_events,
+    keyed_test_stream,
+    planned_on_objects,
+    read_lines,
+    streaming_equals_direct,
+)
 
 from beam_ext.runner import SparkRunner
 
@@ -21,23 +27,6 @@ from beam_ext.runner import SparkRunner
 # Spark: a few examples, reproducible; a failure is reported as found.
 _SETTINGS = settings(max_examples=3, deadline=None, derandomize=True, database=None,
                      phases=[Phase.explicit, Phase.generate], suppress_health_check=[HealthCheck.too_slow])
-
-
-@st.composite
-def streams(draw):
-    """TestStream events: up to four element events of (key, value, timestamp),
-    and watermark advances anywhere between them, so some elements come late
-    and some past the allowed lateness."""
-    events, value = [], 0
-    for _ in range(draw(st.integers(1, 4))):
-        n = draw(st.integers(1, 6))
-        stamps = draw(st.lists(st.integers(0, 59), min_size=n, max_size=n))
-        keys = draw(st.lists(st.sampled_from("abc"), min_size=n, max_size=n))
-        events.append(("elements", [(k, value + i, ts) for i, (k, ts) in enumerate(zip(keys, stamps))]))
-        value += n
-        if draw(st.booleans()):
-            events.append(("watermark", draw(st.integers(0, 90))))
-    return events
 
 
 class _Split(beam.DoFn):
@@ -80,7 +69,7 @@ def _pipeline(events):
 
 
 @_SETTINGS
-@given(streams())
+@given(keyed_events())
 def test_stateless_stages_on_objects_equal_the_direct_runner(spark, tmp_path_factory, events):
     build = _pipeline(events)
     out = streaming_equals_direct(build, tmp_path_factory.mktemp("objects"))
