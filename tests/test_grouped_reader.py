@@ -10,6 +10,7 @@ reader that sees bundles gets them cut at about ``--spark_bundle_size``.
 from __future__ import annotations
 
 import logging
+import types
 
 import apache_beam as beam
 from apache_beam.metrics import MetricsFilter
@@ -161,3 +162,51 @@ def test_a_reader_that_keeps_state_reads_the_groupings_output(spark, tmp_path):
         out = streaming_equals_direct(build, tmp_path)
     assert sorted(out) == [["a", 1], ["a", 3], ["b", 2], ["b", 4]]
     assert "GroupByKey" not in fused.steps
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.lists(st.lists(st.integers(0, 10 ** 6), max_size=30), max_size=3), max_size=40),
+       st.sampled_from([0, 1, 64, 1024]))
+def test_pane_batches_cut_bundles_and_batches_as_beams_bundle_processor_would(keys_panes, bundle_bytes):
+    """Every pane, in order, each with a list of its own; batches of at most
+    ``BATCH``; with a bundle size, bundles closed as soon as their estimated
+    size reaches it, none empty, no bundle end at the end."""
+    from apache_beam import coders
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    from beam_ext.runner._element_batches import BATCH, BUNDLE_END
+    from beam_ext.runner.worker._streaming_group import _pane_batches
+
+    kv = coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder()])
+    group = types.SimpleNamespace(pre_coder=coders.WindowedValueCoder(kv, coders.coders.GlobalWindowCoder()))
+    panes = [(f"k{k}", [WindowedValue(values, 0, ()) for values in values_of]) for k, values_of in
+             enumerate(keys_panes)]
+    out = list(_pane_batches(iter(panes), group, bundle_bytes))
+    assert out[-1:] != [BUNDLE_END] and all(a is not BUNDLE_END or b is not BUNDLE_END for a, b in zip(out, out[1:]))
+    batches = [b for b in out if b is not BUNDLE_END]
+    assert all(0 < len(b) <= BATCH for b in batches)
+    flat = [wv.value for b in batches for wv in b]
+    assert flat == [(key, values) for key, values_of in panes for wv in values_of for values in [wv.value]]
+    given_lists = {id(wv.value) for _, values_of in panes for wv in values_of}
+    assert not any(id(wv.value[1]) in given_lists for b in batches for wv in b)  # lists of their own
+    if not bundle_bytes:
+        assert BUNDLE_END not in out
+        return
+    bundles, bundle = [], []
+    for item in out:
+        if item is BUNDLE_END:
+            bundles.append(bundle)
+            bundle = []
+        else:
+            bundle += [wv.value[1] for wv in item]
+    bundles.append(bundle)
+    assert all(bundles)
+    per_value = None
+    for values in (v for vs in keys_panes for v in vs):
+        if values:
+            sample = values[:16]
+            per_value = max(1, sum(len(coders.VarIntCoder().encode(v)) for v in sample) // len(sample))
+            break
+    sizes = [[len(v) * (per_value or 0) for v in bundle] for bundle in bundles]
+    assert all(sum(s) >= bundle_bytes for s in sizes[:-1])
+    assert all(sum(s[:-1]) < bundle_bytes for s in sizes)

@@ -177,17 +177,22 @@ def _pane_batches(panes: Iterator[tuple[Any, list]], group: Any, bundle_bytes: i
     """The grouped elements of ``panes`` as the reader's input: lists of at
     most ``BATCH`` ``WindowedValue``s of ``(key, values)``.
 
-    With ``bundle_bytes``, a :data:`BUNDLE_END` once a bundle's values reach
-    about that many encoded bytes, as Beam's bundle processor cuts its
-    input; the size is estimated from the first values' encodings, so that
-    no pane is encoded whole.
+    With ``bundle_bytes``, a :data:`BUNDLE_END` between two bundles, each
+    closed once its values reach about that many encoded bytes, as Beam's
+    bundle processor cuts its input (none left empty at the end); the size
+    is estimated from the first values' encodings, so that no pane is
+    encoded whole.
     """
     value_impl = group.pre_coder.wrapped_value_coder.value_coder().get_impl()
     per_value = None
     batch: list = []
     size = 0
+    ended = False
     for key, key_panes in panes:
         for pane in key_panes:
+            if ended:
+                yield BUNDLE_END
+                ended = False
             # A list of its own: the trigger's state may still hold the pane's (accumulating panes).
             values = list(pane.value)
             if bundle_bytes and values:
@@ -198,8 +203,7 @@ def _pane_batches(panes: Iterator[tuple[Any, list]], group: Any, bundle_bytes: i
             batch.append(pane.with_value((key, values)))
             if bundle_bytes and size >= bundle_bytes:
                 yield batch
-                yield BUNDLE_END
-                batch, size = [], 0
+                batch, size, ended = [], 0, True
             elif len(batch) == BATCH:
                 yield batch
                 batch = []
