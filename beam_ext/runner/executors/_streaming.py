@@ -151,20 +151,13 @@ class StreamingExecutor(BatchExecutor):
         """
         if self._watermarks.mode != "min":
             return {}
-        readers: dict[bytes, list[int]] = {}
-        for number, stage in enumerate(self._plan.stages):
-            for buffer_id in {*stage.inputs, *(spec.buffer for spec in stage.side_inputs)}:
-                readers.setdefault(buffer_id, []).append(number)
+        numbers = {id(stage): number for number, stage in enumerate(self._plan.stages)}
         fused = {}
         for buffer_id in self._group_owner:
-            [*numbers] = readers.get(buffer_id, ())
-            if len(numbers) != 1:
-                continue
-            stage = self._plan.stages[numbers[0]]
-            if (stage.inputs == [buffer_id] and stage.direct is not None and stage.native is None
-                    and not stage.keeps_state and not stage.spread
-                    and buffer_id not in {spec.buffer for spec in stage.side_inputs}):
-                fused[buffer_id] = numbers[0]
+            stage = self._only_reader(buffer_id)
+            if (stage is not None and stage.direct is not None and stage.native is None
+                    and not stage.keeps_state and not stage.spread):
+                fused[buffer_id] = numbers[id(stage)]
         return fused
 
     def _upstream_owners(self) -> dict[str, frozenset[str]]:
