@@ -115,7 +115,7 @@ def test_a_flattens_inputs_run_the_steps_before_the_grouping_and_write_its_shuff
     assert sorted(got, key=repr) == _flatten_then_oracle(parts)
 
 
-def test_steps_after_a_flatten_with_a_side_input_or_a_writer_writing_twice_keep_the_read(tmp_path):
+def test_steps_after_a_flatten_with_a_side_input_keep_the_read(tmp_path):
     parts = [[(k, k) for k in range(8)], [(1, 5)]]
 
     @beam.ptransform_fn
@@ -123,11 +123,65 @@ def test_steps_after_a_flatten_with_a_side_input_or_a_writer_writing_twice_keep_
         factor = pcoll.pipeline | "Factor" >> beam.Create([10])
         return pcoll | "Times" >> beam.Map(lambda kv, f: (kv[0] % 3, kv[1] * f), f=beam.pvalue.AsSingleton(factor))
 
-    for name, build in (("side", _flatten_then(with_side(), parts)),
-                        ("twice", _flatten_then(_TIMES_TEN, parts, side=True))):
-        assert _read_stages(build), name
-        want = _flatten_then_oracle(parts, side=name == "twice")
-        assert sorted(spark_equals_direct(build, tmp_path / name), key=repr) == want
+    build = _flatten_then(with_side(), parts)
+    assert _read_stages(build)
+    assert sorted(spark_equals_direct(build, tmp_path), key=repr) == _flatten_then_oracle(parts)
+
+
+def test_a_stage_writing_a_flatten_several_times_flattens_them_itself(tmp_path):
+    # The first part's stage writes the Flatten three times (its own output and
+    # a Partition's two): a Flatten of the three in that stage, the steps once after it.
+    parts = [[(k, k) for k in range(8)], [(1, 5)]]
+    build = _flatten_then(_TIMES_TEN, parts, side=True)
+    assert _read_stages(build) == []
+    assert _read_stages(build, streaming=True) == []
+    assert sorted(spark_equals_direct(build, tmp_path), key=repr) == _flatten_then_oracle(parts, side=True)
+
+
+class _Counted(beam.DoFn):
+    """Keys each number by its remainder, counting the numbers it sees."""
+
+    def process(self, x):
+        beam.metrics.Metrics.counter("flatten_test", "seen").inc()
+        yield x % 4, x
+
+
+def _partitioned_counts(values: list[int], finalized: bool = False):
+    """``values`` partitioned three ways, flattened back, keyed and counted
+    (a user counter in the keying step) and summed per key; with
+    ``finalized``, a step before the Partition asks for bundle finalization,
+    which keeps the stage on Beam's bundle processor."""
+    def build(p):
+        numbers = p | beam.Create(values) | "Keep" >> beam.Map(lambda x: x)
+        if finalized:
+            numbers |= "Finalized" >> beam.ParDo(_Finalized())
+        parts = numbers | beam.Partition(lambda x, n: x % n, 3)
+        return (parts | beam.Flatten() | beam.ParDo(_Counted()) | beam.CombinePerKey(sum)
+                | "AsList" >> beam.MapTuple(lambda k, total: [k, total]))
+    return build
+
+
+class _Finalized(beam.DoFn):
+    def process(self, x, finalizer=beam.DoFn.BundleFinalizerParam):
+        yield x
+
+
+@pytest.mark.parametrize("finalized", [False, True], ids=["objects", "bundle_processor"])
+def test_a_partition_flattened_back_counts_each_element_once(tmp_path, finalized):
+    from beam_ext.runner import SparkRunner
+
+    values = list(range(-20, 90))
+    build = _partitioned_counts(values, finalized)
+    assert _read_stages(build) == []
+    got = spark_equals_direct(build, tmp_path)
+    assert sorted(got) == [[k, sum(x for x in values if x % 4 == k)] for k in range(4)]
+    # The keying step runs once per line into the stage's Flatten; its counter counts each element once.
+    p = beam.Pipeline(runner=SparkRunner())
+    build(p)
+    result = p.run()
+    result.wait_until_finish()
+    [counter] = result.metrics().query(beam.metrics.MetricsFilter().with_name("seen"))["counters"]
+    assert counter.committed == len(values)
 
 
 def test_a_flatten_then_a_combine_pre_combines_in_each_input_stage(tmp_path):
@@ -252,6 +306,28 @@ def test_steps_after_a_streaming_flatten_run_in_its_inputs_and_group_as_beam(tmp
     got = streaming_equals_direct(build, tmp_path_factory.mktemp("stream"))
     want = [[k, sorted(v * 10 for v in ls + rs), w]
             for k, ls, rs, w in _stream_cogroup_oracle(events)]
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+
+
+def _stream_partition_then(events):
+    def build(p):
+        # One stage writes both of the Partition's outputs to the Flatten.
+        parts = p | keyed_test_stream(events) | "Keep" >> beam.Map(lambda kv: kv) | beam.Partition(
+            lambda kv, n: kv[1] % n, 2)
+        return (parts | beam.Flatten() | "Window" >> beam.WindowInto(window.FixedWindows(10))
+                | "TimesTen" >> beam.MapTuple(lambda k, v: (k, v * 10)) | beam.GroupByKey()
+                | beam.MapTuple(lambda k, vs, w=beam.DoFn.WindowParam: [k, sorted(vs), str(w)]))
+    return build
+
+
+@settings(max_examples=3, deadline=None, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(events=_streams())
+def test_a_streaming_partition_flattened_back_groups_as_beam(tmp_path_factory, events):
+    build = _stream_partition_then(events)
+    assert _read_stages(build, streaming=True) == []
+    got = streaming_equals_direct(build, tmp_path_factory.mktemp("stream"))
+    want = [[k, sorted(v * 10 for v in ls), w] for k, ls, _, w in _stream_cogroup_oracle(events)]
     assert sorted(got, key=repr) == sorted(want, key=repr)
 
 

@@ -331,6 +331,46 @@ def test_a_checkpoint_planned_with_a_flattens_relay_stage_resumes(spark, tmp_pat
                                         for k in range(3)]  # each impulse once
 
 
+def test_a_checkpoint_planned_with_a_relay_stage_after_a_partition_resumes(spark, tmp_path, caplog):
+    """Earlier releases read a Flatten of one stage's outputs back
+    in a stage of its own when steps came before its GroupByKey; a checkpoint
+    they wrote resumes with those stages."""
+    import time
+
+    from apache_beam.transforms import environments
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    from beam_ext.runner.planning import plan_pipeline
+
+    start = float(int(time.time()) + 2)
+    path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
+
+    def build(p):
+        parts = (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 3, fire_interval=0.25)
+                 | "Offset" >> beam.Map(lambda t: round(float(t) - start, 3))
+                 | beam.WindowInto(window.FixedWindows(1)) | beam.Partition(lambda x, n: int(x * 4) % n, 2))
+        _ = (parts | beam.Flatten() | "Key" >> beam.Map(lambda x: (int(x), x)) | beam.GroupByKey()
+             | beam.MapTuple(lambda k, xs: [k, sorted(xs)]) | beam.ParDo(AppendLines(path)))
+
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    build(p)
+    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    sc = spark.sparkContext
+    earlier = plan_pipeline(proto, 1 << 20, sc.defaultParallelism, streaming=True, flattens_in_stage=False)
+    assert any(stage.inputs and all(b.startswith(b"materialize:") and b.endswith(b"Flatten") for b in stage.inputs)
+               for stage in earlier.stages)
+    _run_until_fourth_commit(spark, earlier, checkpoint)
+    assert len(read_lines(path)) < 3
+
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
+                ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as p:
+            build(p)
+    assert any("a stage reads back a Flatten of one stage's outputs" in r.getMessage() for r in caplog.records)
+    ticks = [i / 4 for i in range(12)]
+    assert sorted(read_lines(path)) == [[k, [t for t in ticks if int(t) == k]] for k in range(3)]  # each once
+
+
 def test_a_checkpoint_of_another_pipeline_is_refused(spark, tmp_path):
     from beam_ext.runner.executors._commit_log import CheckpointMismatch
 

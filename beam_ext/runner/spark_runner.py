@@ -166,6 +166,8 @@ class SparkRunner(runner.PipelineRunner):
 # How earlier releases planned a streaming pipeline, newest first: the
 # planning options that give their stages, and what differs.
 _EARLIER_LAYOUTS = (
+    (dict(flattens_in_stage=False),
+     "a stage reads back a Flatten of one stage's outputs, with steps before its GroupByKey"),
     (dict(flattens_write_groupings=False), "a stage reads a Flatten back into a GroupByKey's shuffle"),
     (dict(flattens_write_groupings=False, split_after_splittable=False),
      "a stage reads a Flatten back into a GroupByKey's shuffle; the steps after a splittable DoFn share its stage"),

@@ -35,7 +35,7 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   state_memory_bytes: int = 256 << 20, is_drain: bool = False,
                   streaming: bool = False, group_memory_bytes: int = 256 << 20,
                   split_after_splittable: bool = True, flattens_write_groupings: bool = True,
-                  gather_by_window: bool = True) -> Plan:
+                  gather_by_window: bool = True, flattens_in_stage: bool = True) -> Plan:
     """Plans ``proto`` (modified in place by native substitution).
 
     ``streaming``: TestStream stays a runner-executed source, and composites
@@ -47,6 +47,9 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     GroupByKey is written to its shuffle by its inputs
     (:func:`._phases.write_flattens_to_their_grouping`, always in batch);
     False plans as releases before 2026-11-30 did, for their checkpoints.
+    ``flattens_in_stage`` (streaming): a stage writing several inputs of such
+    a Flatten with steps after it runs a Flatten of them itself; False plans
+    as earlier releases did, for their checkpoints.
     ``gather_by_window`` (streaming): stages on objects may ship a grouping's
     values gathered per key and windows, without timestamps
     (``GroupSpec.by_window``); False where something reads each element's
@@ -61,7 +64,8 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     check_supported(proto, runner_urns)
     check_flattens(proto)
     context, stages = translations.create_and_optimize_stages(
-        proto, phases=optimize_phases(streaming, split_after_splittable, flattens_write_groupings),
+        proto, phases=optimize_phases(streaming, split_after_splittable, flattens_write_groupings,
+                                      flattens_in_stage),
         known_runner_urns=runner_urns, is_drain=is_drain)
     planner = StagePlanner(context, native_urns, bundle_bytes, partitions)
     planner.state = (state_backend, state_memory_bytes)

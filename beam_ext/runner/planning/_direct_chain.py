@@ -21,7 +21,9 @@ outputs (or the pipeline's end), it is a line of:
 - the steps of a lifted combine after its GroupByKey (merging a key's
   accumulators, extracting its output);
 - a ``Flatten`` of this one line alone (what Beam's fusion puts before a
-  ``Flatten``'s buffer where the coders differ);
+  ``Flatten``'s buffer where the coders differ), or of several lines of the
+  stage (see ``write_flattens_to_their_grouping``): each line goes on
+  through it with a copy of the steps after it;
 - optionally, last, the partial combine Beam puts before a lifted
   ``CombinePerKey``'s shuffle.
 
@@ -291,15 +293,17 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
             start = transform
             continue
         if urn == common_urns.primitives.FLATTEN.urn:
-            if len(transform.inputs) != 1:
-                return None
+            # Each line into it goes on through it (a copy of what follows per line).
+            main = list(transform.inputs.values())
         elif (urn not in (bundle_processor.DATA_OUTPUT_URN, common_urns.primitives.PAR_DO.urn, _ASSIGN_WINDOWS,
                           _PRECOMBINE, _SDF_PROCESS) and urn not in _PHASES):
             return None
-        main = [pcoll for tag, pcoll in transform.inputs.items() if not _is_side_tag(transform, tag)]
-        if len(main) != 1:
-            return None
-        consumers.setdefault(main[0], []).append(transform)
+        else:
+            main = [pcoll for tag, pcoll in transform.inputs.items() if not _is_side_tag(transform, tag)]
+            if len(main) != 1:
+                return None
+        for pcoll in main:
+            consumers.setdefault(pcoll, []).append(transform)
     if start is None or len(start.outputs) != 1:
         return None
     builder = _LineBuilder(consumers, ends, windowing_of, side_input, combine_fn, partitions, bool(keyed_memory))
@@ -313,7 +317,7 @@ def direct_chain(transforms: Iterable[beam_runner_api_pb2.PTransform], *, input_
     # one-input Flatten, "Flatten/Transcode", where an input's coder differs
     # from the Flatten's), or to write to a GroupByKey's shuffle (a Flatten's
     # buffer read back for its grouping, in streaming).
-    if builder.visited + 1 != len(transforms) or not (
+    if len(builder.visited) + 1 != len(transforms) or not (
             builder.works or _transcodes(chain, input_coder) or _shuffles_as_read(chain)):
         return None
     if keyed_memory:
@@ -363,7 +367,7 @@ class _LineBuilder:
         self.side_input = side_input
         self.combine_fn = combine_fn
         self.partitions = partitions
-        self.visited = 0
+        self.visited: set[str] = set()  # reached again past a Flatten of several lines
         self.works = False  # a step runs somewhere: else the stage only moves a buffer
         self.keyed = keyed  # the first step may keep state (see direct_chain's keyed_memory)
 
@@ -385,7 +389,7 @@ class _LineBuilder:
                     raise _NotDirect
                 return self._chain(steps, None, None)
             [transform] = found
-            self.visited += 1
+            self.visited.add(transform.unique_name)
             urn = transform.spec.urn
             if urn == bundle_processor.DATA_OUTPUT_URN:
                 end = self.ends[transform.unique_name]
@@ -395,9 +399,12 @@ class _LineBuilder:
             if precombine is not None:
                 raise _NotDirect
             if urn == common_urns.primitives.FLATTEN.urn:
-                # One input: the elements as they are (Beam's fusion puts one
-                # before a Flatten's buffer where the coders differ; the output
-                # is encoded with the buffer's coder).
+                # The elements as they are. One input: Beam's fusion puts one
+                # before a Flatten's buffer where the coders differ (the output
+                # is encoded with the buffer's coder). Several: the lines a
+                # stage writes a grouping's shuffle from (see
+                # write_flattens_to_their_grouping), each running its own copy
+                # of the steps after it, which see one element at a time.
                 [pcoll] = transform.outputs.values()
                 continue
             windowing = self.windowing_of(pcoll)

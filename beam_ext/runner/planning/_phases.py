@@ -41,6 +41,12 @@ Ours:
       becomes
       [A -> Map -> shuffle] [B -> Map -> shuffle]
 
+  and a stage writing several of its inputs flattens them itself::
+
+      [A -> Partition -> Flatten buffer (twice)] [Flatten buffer -> Map -> shuffle]
+      becomes
+      [A -> Partition -> Flatten -> Map -> shuffle]
+
 * :func:`sort_stages_by_name` (in place of Beam's ``sort_stages``): the
   same topological order, with ties broken by stage name rather than by the
   memory addresses Beam's sets of stages iterate in, so every process plans
@@ -49,6 +55,7 @@ Ours:
 """
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Callable, Iterable, Iterator
 
@@ -137,7 +144,8 @@ def sort_stages_by_name(stages: Iterable[Stage], context: TransformContext) -> l
     return ordered
 
 
-def write_flattens_to_their_grouping(stages: Iterable[Stage], context: TransformContext) -> list[Stage]:
+def write_flattens_to_their_grouping(stages: Iterable[Stage], context: TransformContext,
+                                     in_stage: bool = True) -> list[Stage]:
     """Drops each stage that only moves a Flatten's buffer into a GroupByKey's
     shuffle, maybe through elementwise steps: the stages writing the buffer
     run those steps and write the shuffle instead.
@@ -156,8 +164,11 @@ def write_flattens_to_their_grouping(stages: Iterable[Stage], context: Transform
     Done only where each writer is a stage of Beam transforms (a native
     step's output is not shuffled by it) whose elements carry the Flatten's
     coder and windowing (``fix_flatten_coders`` transcodes the inputs to the
-    Flatten's coder where they differ), and, with steps to copy, writes the
-    Flatten once.
+    Flatten's coder where they differ). With steps to copy, a stage writing
+    several of the Flatten's inputs (a ``Partition``'s outputs flattened
+    back, a ``DoFn``'s main and tagged outputs) runs a ``Flatten`` of them
+    and one copy of the steps after it; ``in_stage`` False leaves such a
+    Flatten's stage in place, as earlier releases planned it.
     """
     stages = list(stages)
     pcolls = context.components.pcollections
@@ -199,22 +210,34 @@ def write_flattens_to_their_grouping(stages: Iterable[Stage], context: Transform
         others = [stage for stage in stages if stage is not relay
                   for t in only(stage.transforms, bundle_processor.DATA_INPUT_URN)
                   if t.spec.payload == read.spec.payload]
+        by_stage: dict[int, tuple[Stage, list]] = {}
+        for stage, t in writers:
+            by_stage.setdefault(id(stage), (stage, []))[1].append(t)
         if (not writers or others
-                or steps and len({id(stage) for stage, _ in writers}) != len(writers)
+                or steps and not in_stage and len(by_stage) != len(writers)
                 or any(not t.unique_name.startswith(flatten + "/Write/")
                        or any(u.spec.urn in runner_urns for u in stage.transforms)
                        or not same_elements(translations.only_element(t.inputs.values()), flattened, bool(steps))
                        for stage, t in writers)):
             continue
-        for stage, t in writers:
+        for stage, writes in by_stage.values():
             if not steps:
-                t.spec.payload = write.spec.payload
+                for t in writes:
+                    t.spec.payload = write.spec.payload
                 continue
-            # A copy per writer: planning later rewrites a data transform's
-            # payload in place, and each writer feeds its own input in.
-            pcoll = translations.only_element(t.inputs.values())
-            copies = [_copied(u, {flattened: pcoll}) for u in (*steps, write)]
-            stage.transforms = [u for u in stage.transforms if u is not t] + copies
+            # A copy per writing stage: planning later rewrites a data
+            # transform's payload in place, and each writer feeds its own input in.
+            if len(writes) == 1:
+                pcoll = translations.only_element(writes[0].inputs.values())
+                copies = [_copied(u, {flattened: pcoll}) for u in (*steps, write)]
+            else:
+                # Several inputs of the Flatten are this stage's (a Partition's
+                # outputs, say): a Flatten of them in the stage, the steps once after it.
+                copies = [_flatten_of(flatten, [translations.only_element(t.inputs.values()) for t in writes],
+                                      flattened),
+                          *(_copied(u, {}) for u in (*steps, write))]
+            written = {id(t) for t in writes}
+            stage.transforms = [u for u in stage.transforms if id(u) not in written] + copies
         dropped.add(relay)
     if not dropped:
         return stages
@@ -244,6 +267,13 @@ def _elementwise(transform: beam_runner_api_pb2.PTransform) -> bool:
     return not (payload.side_inputs or payload.state_specs or payload.timer_family_specs
                 or payload.restriction_coder_id or payload.requests_finalization
                 or payload.requires_stable_input or payload.requires_time_sorted_input)
+
+
+def _flatten_of(name: str, pcolls: list[str], flattened: str) -> beam_runner_api_pb2.PTransform:
+    """A Flatten of ``pcolls`` into ``flattened``, inside a stage."""
+    return beam_runner_api_pb2.PTransform(
+        unique_name=name, spec=beam_runner_api_pb2.FunctionSpec(urn=common_urns.primitives.FLATTEN.urn),
+        inputs={f"in{n}": pcoll for n, pcoll in enumerate(pcolls)}, outputs={"out": flattened})
 
 
 def _copied(transform: beam_runner_api_pb2.PTransform, renamed: dict[str, str]) -> beam_runner_api_pb2.PTransform:
@@ -288,11 +318,12 @@ def _output_time(transform: beam_runner_api_pb2.PTransform, context: TransformCo
 
 
 def optimize_phases(streaming: bool = False, split_splittable: bool = True,
-                    flattens_write_groupings: bool = True) -> list[Phase]:
+                    flattens_write_groupings: bool = True, flattens_in_stage: bool = True) -> list[Phase]:
     """Beam's standard phases in Beam's order, with ours where they belong.
 
-    ``split_splittable`` and ``flattens_write_groupings`` False (streaming)
-    plan as releases before those phases did, for their checkpoints."""
+    ``split_splittable``, ``flattens_write_groupings`` and
+    ``flattens_in_stage`` False (streaming) plan as releases before those
+    phases did, for their checkpoints."""
     t = translations
     return [
         t.annotate_downstream_side_inputs,
@@ -306,7 +337,8 @@ def optimize_phases(streaming: bool = False, split_splittable: bool = True,
         t.sink_flattens,
         *((split_after_splittable,) if streaming and split_splittable else ()),
         t.greedily_fuse,
-        *((write_flattens_to_their_grouping,) if flattens_write_groupings or not streaming else ()),
+        *((functools.partial(write_flattens_to_their_grouping, in_stage=flattens_in_stage),)
+          if flattens_write_groupings or not streaming else ()),
         t.read_to_impulse,
         t.impulse_to_input,
         sort_stages_by_name,
