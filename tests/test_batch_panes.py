@@ -1,9 +1,9 @@
-"""A batch GroupByKey's panes under the default trigger: the fast driver against Beam's own.
+"""A batch GroupByKey's panes: the fast drivers against Beam's own.
 
 Oracle: Beam's ``GeneralTriggerDriver`` (what ``create_trigger_driver(windowing,
 is_batch=True)`` gives these windowings) on the same key and values: the
 same panes, with the same windows, values in the same order, timestamps and
-pane infos.
+pane infos; under other triggers, in the same order too.
 """
 from __future__ import annotations
 
@@ -59,13 +59,65 @@ def test_panes_equal_beams_general_driver(windows, combiner, events):
 
 @pytest.mark.parametrize("windowing", [
     Windowing(window.GlobalWindows()),                                    # Beam's pass-through
-    Windowing(window.FixedWindows(5), triggerfn=trigger.AfterCount(2),  # another trigger
+    Windowing(window.GlobalWindows(), triggerfn=trigger.AfterCount(1),  # Beam's pass-through too
               accumulation_mode=trigger.AccumulationMode.DISCARDING),
     Windowing(window.Sessions(10), triggerfn=trigger.AfterCount(2),     # merging, another trigger
               accumulation_mode=trigger.AccumulationMode.DISCARDING),
-], ids=["default", "after_count", "sessions_after_count"])
+], ids=["default", "global_after_count_1", "sessions_after_count"])
 def test_other_windowings_keep_beams_driver(windowing):
-    assert not isinstance(pane_driver(windowing), (OnTimePanes, MergedOnTimePanes))
+    assert type(pane_driver(windowing)) is type(trigger.create_trigger_driver(windowing, True))
+
+
+# Triggers whose state is nested or counted per element (no processing
+# time: a batch driver has no clock, in Beam as here).
+_TRIGGERS = [
+    lambda n: trigger.AfterWatermark(early=trigger.AfterCount(n)),
+    lambda n: trigger.AfterWatermark(early=trigger.AfterCount(n), late=trigger.AfterCount(1)),
+    lambda n: trigger.Repeatedly(trigger.AfterCount(n)),
+    lambda n: trigger.AfterCount(n),
+    lambda n: trigger.Repeatedly(trigger.AfterAny(trigger.AfterCount(n), trigger.AfterWatermark())),
+    lambda n: trigger.AfterEach(trigger.AfterCount(n), trigger.AfterCount(1)),
+    lambda n: trigger.OrFinally(trigger.Repeatedly(trigger.AfterCount(1)), trigger.AfterCount(n + 2)),
+    lambda n: trigger.AfterAll(trigger.AfterCount(n), trigger.AfterWatermark()),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(windows=st.sampled_from(["fixed", "fixed_offset", "sliding", "global"]), combiner=st.sampled_from(COMBINERS),
+       make_trigger=st.sampled_from(_TRIGGERS), count=st.integers(1, 4), lateness=st.sampled_from([0, 5]),
+       mode=st.sampled_from([trigger.AccumulationMode.DISCARDING, trigger.AccumulationMode.ACCUMULATING]),
+       events=st.lists(st.tuples(st.integers(-20, 40), st.integers(-10_000_000, 60_000_000)), max_size=30))
+def test_other_triggers_give_beams_panes_in_order(windows, combiner, make_trigger, count, lateness, mode, events):
+    windowing = Windowing(WINDOW_FNS[windows], triggerfn=make_trigger(count), accumulation_mode=mode,
+                          timestamp_combiner=combiner, allowed_lateness=lateness)
+    beams = trigger.create_trigger_driver(windowing, True)
+    assume(type(beams) is trigger.GeneralTriggerDriver)  # not the global window's pass-through
+    fn = windowing.windowfn
+    values = []
+    for value, micros in events:
+        ts = Timestamp(micros=micros)
+        values.append(WindowedValue(value, ts, tuple(fn.assign(window.WindowFn.AssignContext(ts, value)))))
+    ours = pane_driver(windowing)
+    assert type(ours) is not trigger.GeneralTriggerDriver
+    assert ([_pane(wv) for wv in ours.process_entire_key("k", values)]
+            == [_pane(wv) for wv in beams.process_entire_key("k", values)])
+
+
+def _pane(wv) -> tuple:
+    return wv.value, wv.timestamp, wv.windows, wv.pane_info
+
+
+def test_an_early_counting_trigger_equals_direct_runner(spark, tmp_path):
+    def build(p):
+        return (p | beam.Create([(k, i) for i in range(500) for k in "ab"])
+                | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] * 13 % 300))
+                | beam.WindowInto(window.FixedWindows(60), trigger=trigger.AfterWatermark(
+                    early=trigger.AfterCount(20)), accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
+                | beam.GroupByKey()
+                | beam.Map(lambda kv, w=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam:
+                           (kv[0], len(kv[1]), repr(w), pane.timing, pane.index)))
+    out = spark_equals_direct(build, tmp_path)
+    assert len(out) == 2 * 5 * 2  # per key and 1-minute window: an early pane and the on-time one
 
 
 def test_a_windowed_aggregation_equals_direct_runner(spark, tmp_path):

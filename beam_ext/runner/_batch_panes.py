@@ -17,7 +17,10 @@ order, the pane Beam's driver gives (first, on time, index 0, not last) and
 the output timestamp its timestamp combiner gives. Merging windows
 (sessions) are merged first, in one call of the window function's ``merge``
 as Beam's driver makes it (:class:`MergedOnTimePanes`). Other triggers keep
-Beam's driver.
+Beam's driver, in windows that do not merge as the streaming grouping runs
+it (``NonMergingTriggerDriver``: the same state, timers and panes, with
+its per-element state work done once per window; ``tests/test_batch_panes.py``
+compares their panes).
 """
 from __future__ import annotations
 
@@ -188,7 +191,15 @@ def _session_merges(windows: list) -> dict[Any, Any]:
 def pane_driver(windowing: Any) -> Any:
     """The batch driver for ``windowing``: :class:`OnTimePanes` or
     :class:`MergedOnTimePanes` where they give Beam's panes (the default
-    trigger), else Beam's own (``create_trigger_driver(windowing, True)``)."""
+    trigger), else Beam's own (``create_trigger_driver(windowing, True)``),
+    as the streaming grouping runs it where windows do not merge."""
+    from beam_ext.runner.worker._trigger_driver import NonMergingTriggerDriver
+
     if not windowing.is_default() and windowing.triggerfn == trigger.DefaultTrigger():
         return MergedOnTimePanes(windowing) if windowing.windowfn.is_merging() else OnTimePanes(windowing)
-    return trigger.create_trigger_driver(windowing, True)
+    driver = trigger.create_trigger_driver(windowing, True)
+    if type(driver) is trigger.GeneralTriggerDriver and not windowing.windowfn.is_merging():
+        # The same driver with its per-element state work done once per
+        # window: Beam's makes a class at each count an AfterCount keeps.
+        return NonMergingTriggerDriver(windowing, None)
+    return driver
