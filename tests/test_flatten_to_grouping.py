@@ -285,15 +285,20 @@ def test_a_streaming_cogroupbykeys_inputs_write_its_shuffle_and_group_as_beam(tm
     assert sorted(got, key=repr) == _stream_cogroup_oracle(events)
 
 
+def _grouped_times_ten(parts):
+    """``parts`` flattened, in 10-s windows, times ten and grouped: ``[key, values, window]``."""
+    return (parts | beam.Flatten() | "Window" >> beam.WindowInto(window.FixedWindows(10))
+            | "TimesTen" >> beam.MapTuple(lambda k, v: (k, v * 10)) | beam.GroupByKey()
+            | beam.MapTuple(lambda k, vs, w=beam.DoFn.WindowParam: [k, sorted(vs), str(w)]))
+
+
 def _stream_flatten_then(events):
     def build(p):
         read = p | keyed_test_stream(events)
         # A TestStream is the runner's: a Map after it writes the Flatten.
         every = read | "Every" >> beam.Map(lambda kv: kv)
         odd = read | "Odd" >> beam.Filter(lambda kv: kv[1] % 2) | "Negate" >> beam.MapTuple(lambda k, v: (k, -v))
-        return ((every, odd) | beam.Flatten() | "Window" >> beam.WindowInto(window.FixedWindows(10))
-                | "TimesTen" >> beam.MapTuple(lambda k, v: (k, v * 10)) | beam.GroupByKey()
-                | beam.MapTuple(lambda k, vs, w=beam.DoFn.WindowParam: [k, sorted(vs), str(w)]))
+        return _grouped_times_ten((every, odd))
     return build
 
 
@@ -312,11 +317,8 @@ def test_steps_after_a_streaming_flatten_run_in_its_inputs_and_group_as_beam(tmp
 def _stream_partition_then(events):
     def build(p):
         # One stage writes both of the Partition's outputs to the Flatten.
-        parts = p | keyed_test_stream(events) | "Keep" >> beam.Map(lambda kv: kv) | beam.Partition(
-            lambda kv, n: kv[1] % n, 2)
-        return (parts | beam.Flatten() | "Window" >> beam.WindowInto(window.FixedWindows(10))
-                | "TimesTen" >> beam.MapTuple(lambda k, v: (k, v * 10)) | beam.GroupByKey()
-                | beam.MapTuple(lambda k, vs, w=beam.DoFn.WindowParam: [k, sorted(vs), str(w)]))
+        return _grouped_times_ten(p | keyed_test_stream(events) | "Keep" >> beam.Map(lambda kv: kv)
+                                  | beam.Partition(lambda kv, n: kv[1] % n, 2))
     return build
 
 

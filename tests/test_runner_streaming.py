@@ -252,15 +252,33 @@ def _run_until_fourth_commit(spark, plan, checkpoint: str) -> None:
     thread.join()
 
 
+def _planned_earlier(spark, build, **layout):
+    """``build``'s streaming plan as an earlier release made it (the planning options ``layout``)."""
+    from apache_beam.transforms import environments
+
+    from beam_ext.runner.planning import plan_pipeline
+
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    build(p)
+    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    return plan_pipeline(proto, 1 << 20, spark.sparkContext.defaultParallelism, streaming=True, **layout)
+
+
+def _resumed(build, checkpoint: str, caplog) -> list[str]:
+    """Runs ``build`` on SparkRunner from ``checkpoint`` to its end; the runner's log messages."""
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
+                ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as p:
+            build(p)
+    return [r.getMessage() for r in caplog.records]
+
+
 def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spark, tmp_path, caplog):
     """Releases before the split fused the steps after a splittable DoFn into
     its stage; a checkpoint they wrote resumes with those stages."""
     import time
 
-    from apache_beam.transforms import environments
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
-
-    from beam_ext.runner.planning import plan_pipeline
 
     start = time.time()
     path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
@@ -269,20 +287,13 @@ def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spa
         _ = (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 3, fire_interval=0.25)
              | "Offset" >> beam.Map(lambda t: round(float(t) - start, 3)) | beam.ParDo(AppendLines(path)))
 
-    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
-    build(p)
-    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
-    sc = spark.sparkContext
-    earlier = plan_pipeline(proto, 1 << 20, sc.defaultParallelism, streaming=True, split_after_splittable=False)
+    earlier = _planned_earlier(spark, build, split_after_splittable=False)
     assert not any("Offset" in step for stage in earlier.stages if stage.direct is not None for step in stage.steps)
     _run_until_fourth_commit(spark, earlier, checkpoint)
     assert 0 < len(read_lines(path)) < 12
 
-    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
-        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
-                ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as p:
-            build(p)
-    assert any("as they were planned when it was written" in r.getMessage() for r in caplog.records)
+    messages = _resumed(build, checkpoint, caplog)
+    assert any("as they were planned when it was written" in message for message in messages)
     assert sorted(read_lines(path)) == [i / 4 for i in range(12)]  # each impulse once
 
 
@@ -292,10 +303,7 @@ def test_a_checkpoint_planned_with_a_flattens_relay_stage_resumes(spark, tmp_pat
     the elements grouped before it was written included."""
     import time
 
-    from apache_beam.transforms import environments
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
-
-    from beam_ext.runner.planning import plan_pipeline
 
     # Ticks from a whole second, a second or two on: the first micro-batches
     # are not all of them, and the 1-second windows hold the ticks of one key.
@@ -311,21 +319,14 @@ def test_a_checkpoint_planned_with_a_flattens_relay_stage_resumes(spark, tmp_pat
         _ = ({"l": left, "r": right} | beam.CoGroupByKey()
              | beam.MapTuple(lambda k, g: [k, sorted(g["l"]), sorted(g["r"])]) | beam.ParDo(AppendLines(path)))
 
-    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
-    build(p)
-    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
-    sc = spark.sparkContext
-    earlier = plan_pipeline(proto, 1 << 20, sc.defaultParallelism, streaming=True, flattens_write_groupings=False)
+    earlier = _planned_earlier(spark, build, flattens_write_groupings=False)
     assert any(stage.inputs and all(b.startswith(b"materialize:") and b.endswith(b"Flatten") for b in stage.inputs)
                for stage in earlier.stages)
     _run_until_fourth_commit(spark, earlier, checkpoint)
     assert len(read_lines(path)) < 3  # windows fire as the watermark passes them: not all yet
 
-    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
-        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
-                ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as p:
-            build(p)
-    assert any("a stage reads a Flatten back" in r.getMessage() for r in caplog.records)
+    messages = _resumed(build, checkpoint, caplog)
+    assert any("a stage reads a Flatten back" in message for message in messages)
     ticks = [i / 4 for i in range(12)]
     assert sorted(read_lines(path)) == [[k, [t for t in ticks if int(t) == k], sorted(-t for t in ticks if int(t) == k)]
                                         for k in range(3)]  # each impulse once
@@ -337,10 +338,7 @@ def test_a_checkpoint_planned_with_a_relay_stage_after_a_partition_resumes(spark
     they wrote resumes with those stages."""
     import time
 
-    from apache_beam.transforms import environments
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
-
-    from beam_ext.runner.planning import plan_pipeline
 
     start = float(int(time.time()) + 2)
     path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
@@ -352,21 +350,14 @@ def test_a_checkpoint_planned_with_a_relay_stage_after_a_partition_resumes(spark
         _ = (parts | beam.Flatten() | "Key" >> beam.Map(lambda x: (int(x), x)) | beam.GroupByKey()
              | beam.MapTuple(lambda k, xs: [k, sorted(xs)]) | beam.ParDo(AppendLines(path)))
 
-    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
-    build(p)
-    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
-    sc = spark.sparkContext
-    earlier = plan_pipeline(proto, 1 << 20, sc.defaultParallelism, streaming=True, flattens_in_stage=False)
+    earlier = _planned_earlier(spark, build, flattens_in_stage=False)
     assert any(stage.inputs and all(b.startswith(b"materialize:") and b.endswith(b"Flatten") for b in stage.inputs)
                for stage in earlier.stages)
     _run_until_fourth_commit(spark, earlier, checkpoint)
     assert len(read_lines(path)) < 3
 
-    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
-        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
-                ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as p:
-            build(p)
-    assert any("a stage reads back a Flatten of one stage's outputs" in r.getMessage() for r in caplog.records)
+    messages = _resumed(build, checkpoint, caplog)
+    assert any("a stage reads back a Flatten of one stage's outputs" in message for message in messages)
     ticks = [i / 4 for i in range(12)]
     assert sorted(read_lines(path)) == [[k, [t for t in ticks if int(t) == k]] for k in range(3)]  # each once
 
