@@ -3,7 +3,9 @@
 A separate process: the runner must start Spark itself, which the test
 session's context would otherwise shadow. Prints one JSON line: for a
 pipeline whose options stay as built, whether Spark was starting right after
-its first transform was applied, on which thread, the master and output it
+its first transform was applied, on which thread, whether other pipelines
+were built while PySpark's context was registered but not yet connected to
+its JVM, the master and output it
 ran with and whether Ctrl-C now cancels Spark's jobs; for a pipeline whose
 master changed after it was built, the master it ran on, its output and
 whether the session started for the old master was stopped.
@@ -28,12 +30,29 @@ def _written(prefix: str) -> list[int]:
     return sorted(int(line) for path in glob.glob(prefix + "*") for line in open(path))
 
 
+def _build_while_starting() -> bool:
+    """Builds pipelines until the early start ends; whether one was built
+    while PySpark had registered the context but not yet connected it to its
+    JVM (``SparkContext._active_spark_context`` set, ``_jsc`` unset)."""
+    from pyspark import SparkContext
+
+    seen = False
+    while session._early_start._thread.is_alive():
+        half_started = SparkContext._active_spark_context is not None
+        q = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--spark_master=local[1]", *_ARGS]))
+        _ = q | beam.Create([1]) | beam.Map(str)
+        seen = seen or (half_started and session._early_start is not None
+                        and getattr(SparkContext._active_spark_context, "_jsc", None) is None)
+    return seen
+
+
 def main(work_dir: str) -> None:
     report = {}
     p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--spark_master=local[1]", *_ARGS]))
     numbers = p | beam.Create([1, 2, 3])
     report["starting_after_first_apply"] = session.starting()
     report["start_threads"] = [t.name for t in threading.enumerate() if t.name.startswith("beam_ext")]
+    report["built_while_half_started"] = _build_while_starting()
     _ = numbers | beam.Map(lambda x: 2 * x) | beam.io.WriteToText(os.path.join(work_dir, "first"))
     p.run().wait_until_finish()
     context = session.active_context()

@@ -88,7 +88,10 @@ def active_context():
     from pyspark import SparkContext
 
     context = SparkContext._active_spark_context
-    return context if context is not None and context._jsc is not None else None
+    # PySpark registers a context before its JVM side exists, and until then
+    # the context has no ``_jsc`` at all: a pipeline built while Spark starts
+    # early on another thread sees that.
+    return context if getattr(context, "_jsc", None) is not None else None
 
 
 def recommended_spark_conf() -> dict[str, str]:
