@@ -35,6 +35,7 @@ from beam_ext.runner.executors._side_inputs import SideInputState, side_input_st
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.worker import METRICS_OUTPUT, run_stage_partition
 from beam_ext.runner.worker._direct import decoded_batches, run_direct_chain
+from beam_ext.runner.worker._initial_splits import spread_filled
 from beam_ext.runner.worker._stateful import keyed_groups
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -75,14 +76,14 @@ def _rekeyed_chunks(index: int, blobs) -> Iterator:
 
 
 def _round_robin(splitter: ElementSplitter, index: int, partitions: int, source: int,
-                 chunks) -> Iterator:
+                 chunks, sdf_info: bytes | None = None) -> Iterator:
     # Explicit targets: PySpark's repartition() moves pickled batches of
     # elements, which would keep a handful of SDF restrictions together.
-    target = source
-    for chunk in chunks:
-        for wv in splitter.elements(chunk):
-            yield target % partitions, (index, splitter.encode(wv))
-            target += 1
+    elements = (wv for chunk in chunks for wv in splitter.elements(chunk))
+    if sdf_info is not None:
+        elements = spread_filled(sdf_info, elements, partitions)
+    for target, wv in enumerate(elements, source):
+        yield target % partitions, (index, splitter.encode(wv))
 
 
 def _stage_task(spec, broadcast, reports, stage_name: str, partition: int, records):
@@ -307,7 +308,7 @@ class BatchExecutor:
                     _keyed_blobs, splitter, self._parallelism))).mapPartitions(functools.partial(_rekeyed_chunks, i))
             elif stage.spread:
                 rdd = rdd.mapPartitionsWithIndex(functools.partial(
-                    _round_robin, splitter, i, self._parallelism)).partitionBy(
+                    _round_robin, splitter, i, self._parallelism, sdf_info=stage.sdf_info)).partitionBy(
                         self._parallelism, identity_partition).values()
             else:
                 rdd = _tag(i, rdd)

@@ -85,6 +85,8 @@ class PlannedStage:
     steps: tuple[str, ...] = ()  # the user's top-level steps fused here, for errors
     keyed: bool = False  # stateful: partition input by key first
     spread: bool = False  # SDF processing: spread input elements over partitions
+    # Batch SDF processing: the DoFn's pickled DoFnInfo, whose trackers split a few restrictions to fill the tasks.
+    sdf_info: bytes | None = None
     test_stream: TestStreamSpec | None = None  # streaming: the runner replays its events
     source_pcolls: tuple[str, ...] = ()  # outputs of its SDF reads: what a stream counts as input
     # Only Map-like steps (and a partial combine): the batch executor runs them on element objects.
@@ -125,6 +127,21 @@ def _user_steps(stage: Stage) -> tuple[str, ...]:
     return (top_level(t for t in stage.transforms if t.spec.urn not in runner_made)
             or top_level(t for t in stage.transforms if not t.unique_name.startswith("ref_"))
             or (stage.name,))
+
+
+def _sdf_info(stage: Stage) -> bytes | None:
+    """The pickled ``DoFnInfo`` of the one splittable ``DoFn`` whose sized
+    restrictions a stage processes, or None (several, or another SDK's)."""
+    from apache_beam.transforms import core
+
+    processes = [t for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN]
+    if len(processes) != 1:
+        return None
+    payload = proto_utils.parse_Bytes(processes[0].spec.payload, beam_runner_api_pb2.ParDoPayload)
+    try:
+        return core.DoFnInfo.from_runner_api(payload.do_fn, None).serialized_dofn_data()
+    except ValueError:  # not a Python DoFn
+        return None
 
 
 class StagePlanner:
@@ -259,6 +276,8 @@ class StagePlanner:
             return planned
         planned.keyed = stage.is_stateful()
         planned.spread = any(t.spec.urn == SDF_PROCESS_URN for t in stage.transforms)
+        if planned.spread and not self.streaming:
+            planned.sdf_info = _sdf_info(stage)
         planned.source_pcolls = tuple(pcoll for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN
                                       for pcoll in t.outputs.values())
         planned.spec = StageSpec(
