@@ -15,12 +15,13 @@ are not element-wise sees the same batches as on Beam's path.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from apache_beam.runners.worker.operations import GeneralPurposeConsumerSet
 from apache_beam.transforms import core
 
 from beam_ext.runner._element_batches import BATCH, BUNDLE_END, Marker, Same
+from beam_ext.runner.worker._frame_rows import exploder
 
 #: Elements Beam's consumer set collects before it makes batches of them.
 MAX_BATCH = GeneralPurposeConsumerSet.MAX_BATCH_SIZE
@@ -48,7 +49,7 @@ def run_batched(dofn: Any, enter: Callable[[], None], failed: Callable[[], Excep
     [[2, 4, 6]]
     """
     produce = dofn.input_batch_converter.produce_batch
-    explode = dofn.output_batch_converter.explode_batch
+    explode = exploder(dofn.output_batch_converter)
     process_batch = dofn.process_batch
     pending: list[tuple[Any, list]] = []  # (windowing, values) as they came
     count = 0
@@ -120,12 +121,15 @@ class ExplodedBatches(core.DoFn):
 
     def __init__(self, dofn: core.DoFn) -> None:
         self.dofn = dofn
+        self._explode: Callable[[Any], Iterable[Any]] | None = None  # made on the worker, at the first element
 
     def setup(self) -> None:
         self.dofn.setup()
 
     def process(self, element: Any) -> Iterator[Any]:
-        explode = self.dofn.output_batch_converter.explode_batch
+        explode = self._explode
+        if explode is None:
+            explode = self._explode = exploder(self.dofn.output_batch_converter)
         for batch in self.dofn.process(element) or ():
             yield from explode(batch)
 
