@@ -278,6 +278,22 @@ def _csv_file(n: int) -> str:
     return path
 
 
+@functools.cache
+def _json_file(n: int) -> str:
+    """A JSON-lines file of ``n`` records ``{"key", "amount", "name"}``, written
+    once per process, as :func:`_csv_file`."""
+    path = os.path.join(tempfile.mkdtemp(prefix="beam_ext_json_"), "rows.json")
+    with open(path, "w") as f:
+        f.writelines(f'{{"key": {i % 100}, "amount": {i * 0.5}, "name": "n{i % 37}"}}\n' for i in range(n))
+    return path
+
+
+def _json_records_sums(p, n):
+    """Beam's ReadFromJson (its DataFrame reader, one record per line) summed per key."""
+    return (p | beam.io.ReadFromJson(_json_file(n)) | beam.GroupBy("key").aggregate_field("amount", sum, "total")
+            | beam.Map(tuple))
+
+
 def _csv_sums(p, n):
     """Beam's ReadFromCsv (its DataFrame reader) summed per key with GroupBy(...).aggregate_field."""
     return (p | beam.io.ReadFromCsv(_csv_file(n)) | beam.GroupBy("key").aggregate_field("amount", sum, "total")
@@ -396,6 +412,8 @@ CASES: dict[str, tuple[str, Callable]] = {
         | beam.combiners.Count.Globally())),
     "early_panes": ("GroupByKey in 1-hour windows firing early every 1,000, 100 keys", _early_panes),
     "read_csv": ("ReadFromCsv of n rows, GroupBy(key).aggregate_field(amount, sum), 100 keys", _csv_sums),
+    "read_json": ("ReadFromJson of n JSON lines, GroupBy(key).aggregate_field(amount, sum), 100 keys",
+                  _json_records_sums),
     "flatten_grouped": ("Flatten of a GroupByKey's groups (1,000 keys) and n/10 listed pairs, sizes summed per key",
                         lambda p, n: (
         (_numbers(p, n, "A") | "KeyA" >> beam.Map(lambda x: (x % 1000, x)) | beam.GroupByKey(),
