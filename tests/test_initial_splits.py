@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 
 import apache_beam as beam
+import pytest
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker, UnsplittableRestrictionTracker
 from apache_beam.metrics import Metrics
 from apache_beam.metrics.metric import MetricsFilter
@@ -145,3 +146,15 @@ def test_beams_read_from_csv_of_one_file_reads_on_every_task(tmp_path):
                 | beam.Map(lambda row: (TaskContext.get().partitionId(), 1)) | beam.CombinePerKey(sum))
     counts = dict(map(tuple, run_and_collect(SparkRunner(), partitions, str(tmp_path / "partitions"))))
     assert sorted(counts) == [0, 1] and sum(counts.values()) == len(rows)
+
+
+@pytest.mark.parametrize("rows, splittable", [(0, True), (1, True), (3, False)])
+def test_beams_read_from_csv_of_a_small_file_equals_beam(tmp_path, rows, splittable):
+    # Pieces holding no line start read nothing; a file read with splittable=False stays whole.
+    path = tmp_path / "few.csv"
+    path.write_text("key,amount\n" + "".join(f"{i},{i * 2}\n" for i in range(rows)))
+
+    def build(p):
+        return (p | beam.io.ReadFromCsv(str(path), splittable=splittable)
+                | beam.Map(lambda row: [row.key, row.amount]))
+    assert spark_equals_direct(build, tmp_path) == [[i, i * 2] for i in range(rows)]
