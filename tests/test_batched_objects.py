@@ -55,9 +55,23 @@ class _Ranges(beam.DoFn):
         return np.int64
 
 
+class _Largest(beam.DoFn):
+    """Elements from each batch (``yields_elements``, as Beam's ``to_dataframe``
+    yields frames): its size, and its largest value stamped at that value."""
+
+    @beam.DoFn.yields_elements
+    def process_batch(self, batch):
+        yield np.int64(len(batch))
+        yield window.TimestampedValue(np.int64(batch.max()), int(batch.max()))
+
+    def infer_output_type(self, input_element_type):
+        return np.int64
+
+
 # Beam reads the batch types from annotations as objects; this module's are strings.
 for _fn in (_Doubled, _Sized):
     _fn.process_batch.__annotations__ = {"batch": np.ndarray, "return": Iterator[np.ndarray]}
+_Largest.process_batch.__annotations__ = {"batch": np.ndarray, "return": Iterator[np.int64]}
 _Ranges.process.__annotations__ = {"n": np.int64, "return": Iterator[np.ndarray]}
 
 
@@ -111,3 +125,20 @@ def test_a_dofn_yielding_batches_from_elements_runs_on_objects_as_beam(tmp_path)
     # Each number in its element's window: a batch keeps its input's windowing.
     assert sorted(got) == sorted([i, v - v % 10] for v in values for i in range(v))
     assert _on_objects(lambda p: _windowed(p, values, _Ranges())) == [True]
+
+
+def test_a_batched_dofn_yielding_elements_runs_on_objects_as_beam(tmp_path):
+    # As in the test above: 10,000 elements alternating between two windows,
+    # one task. Each batch gives its size in its window, and its largest value
+    # in the window of that value's own timestamp.
+    values = list(range(10_000))
+
+    def build(p):
+        return _windowed(p, values, _Largest(), stamp=lambda v: 10 * (v % 2))
+
+    assert _on_objects(build) == [True]
+    got = spark_equals_direct(build, tmp_path, ["--spark_parallelism=1"])
+    sizes = Counter(tuple(row) for row in got if row[0] in (2048, 904))
+    assert sizes == Counter({(2048, 0): 2, (2048, 10): 2, (904, 0): 1, (904, 10): 1})
+    assert sorted(row for row in got if row[0] not in (2048, 904)) == sorted(
+        [m, m - m % 10] for m in (4094, 8190, 9998, 4095, 8191, 9999))

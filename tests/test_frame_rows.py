@@ -13,7 +13,7 @@ from apache_beam.typehints.pandas_type_compatibility import INDEX_OPTION_NAME
 from apache_beam.typehints.row_type import RowTypeConstraint
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pipeline_outputs import spark_equals_direct
+from pipeline_outputs import planned_on_objects, spark_equals_direct
 
 from beam_ext.runner.worker._frame_rows import exploder
 
@@ -84,7 +84,7 @@ def test_a_row_type_taking_other_parameters_gets_keywords():
     assert [r.values for r in exploder(converter)(frame)] == [(1, 0.5, "a"), (2, None, None)]
 
 
-def test_a_frame_pipeline_equals_beam(tmp_path):
+def test_a_dataframe_api_pipeline_runs_on_objects_as_beam(tmp_path):
     def build(p):
         sales = p | beam.Create([_Sale(i % 3, i * 0.5, f"n{i % 4}") for i in range(200)])
         frame = to_dataframe(sales)
@@ -93,3 +93,5 @@ def test_a_frame_pipeline_equals_beam(tmp_path):
 
     got = spark_equals_direct(build, tmp_path)
     assert sorted(map(tuple, got)) == sorted((i % 3, i * 0.5, f"n{i % 4}", i * 1.0) for i in range(200))
+    # Rows to frames (a process_batch yielding elements), the frame's steps and frames to rows: on objects.
+    assert planned_on_objects(build, "Unbatch") == [True]

@@ -39,8 +39,9 @@ pane, its state and its timers, and its input's windows do not merge (see
 
 A ``DoFn`` that defines only ``process_batch`` (a batched ``DoFn``: numpy
 arrays, pandas frames) runs on objects too, when it takes the batch alone,
-no side inputs, and yields batches to one output: its batches are made as
-Beam's bundle processor makes them (see :mod:`beam_ext.runner.worker._batched`).
+no side inputs, and yields to one output, batches or (``yields_elements``,
+as Beam's ``to_dataframe`` yields each frame) elements: its batches are made
+as Beam's bundle processor makes them (see :mod:`beam_ext.runner.worker._batched`).
 
 A batch stage whose first step processes a splittable ``DoFn``'s sized
 restrictions (Beam's fusion roots a stage there; the runner spreads the
@@ -193,9 +194,9 @@ def batched_dofn(dofn: Any) -> str | None:
     if dofn._process_defined:
         # Beam hands such a DoFn elements or batches by what its neighbours make.
         return "it defines process as well as process_batch"
-    if dofn._process_batch_yields_elements:
-        return "its process_batch yields elements"
-    if getattr(dofn, "input_batch_converter", None) is None or getattr(dofn, "output_batch_converter", None) is None:
+    # A process_batch yielding elements (as Beam's to_dataframe does) needs no output converter.
+    if getattr(dofn, "input_batch_converter", None) is None or (
+            getattr(dofn, "output_batch_converter", None) is None and not dofn._process_batch_yields_elements):
         return "it has no batch converters"
     method = signature.process_batch_method
     if len(method.args) != 1 or method.defaults:

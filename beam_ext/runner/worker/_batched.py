@@ -7,7 +7,9 @@ windowing (timestamp, windows and pane), in the order each windowing first
 came, and turns each group into a batch with the ``DoFn``'s input batch
 converter (a numpy array, a pandas frame, a list). Each batch the ``DoFn``
 yields is exploded into elements again, with its input batch's windowing,
-for the element-wise steps after it.
+for the element-wise steps after it. A ``process_batch`` marked
+``yields_elements`` (Beam's ``to_dataframe`` yields each frame it is given
+as one element) yields elements, each in its input batch's windowing.
 
 :func:`run_batched` does the same over a chain's batches of objects, its
 batches cut at the same counts and bundle ends, so a ``DoFn`` whose batches
@@ -28,12 +30,16 @@ MAX_BATCH = GeneralPurposeConsumerSet.MAX_BATCH_SIZE
 
 
 def run_batched(dofn: Any, enter: Callable[[], None], failed: Callable[[], Exception],
-                batches: Iterator[Any]) -> Iterator[Any]:
+                batches: Iterator[Any], output: Callable[[Any, Any], Any] | None = None) -> Iterator[Any]:
     """The outputs of ``dofn.process_batch`` over ``batches`` (``Same`` or lists of
     ``WindowedValue``), exploded into ``Same`` batches of at most ``BATCH``.
 
     ``enter()`` is called before the ``DoFn``'s code runs (its metrics
-    state); an error is raised from ``failed()``.
+    state); an error is raised from ``failed()``. A ``process_batch`` that
+    yields elements (``@beam.DoFn.yields_elements``, as Beam's
+    ``to_dataframe`` yields each frame) gives each in its batch's windowing,
+    as Beam's output handler does; ``output(windowing, result)`` makes a
+    ``WindowedValue`` or ``TimestampedValue`` result what Beam makes of it.
 
     >>> import numpy as np, apache_beam as beam
     >>> from apache_beam.typehints.batch import BatchConverter
@@ -49,10 +55,11 @@ def run_batched(dofn: Any, enter: Callable[[], None], failed: Callable[[], Excep
     [[2, 4, 6]]
     """
     produce = dofn.input_batch_converter.produce_batch
-    explode = exploder(dofn.output_batch_converter)
+    explode = exploder(dofn.output_batch_converter) if output is None else None
     process_batch = dofn.process_batch
     pending: list[tuple[Any, list]] = []  # (windowing, values) as they came
     count = 0
+    special = _special_results()
 
     def flush() -> Iterator[Same]:
         nonlocal pending, count
@@ -68,13 +75,35 @@ def run_batched(dofn: Any, enter: Callable[[], None], failed: Callable[[], Excep
         for windowing, values in groups.items():
             enter()
             try:
-                for result in process_batch(produce(values)) or ():
+                results = process_batch(produce(values)) or ()
+                if output is not None:
+                    yield from elements(windowing, results)
+                    continue
+                for result in results:
                     out = list(explode(result))
                     for start in range(0, len(out), BATCH):
                         yield Same(windowing, out[start:start + BATCH])
                     enter()
             except Exception as exc:  # noqa: BLE001 - re-raised naming the step
                 raise failed() from exc
+
+    def elements(windowing: Any, results: Iterable[Any]) -> Iterator[Same | list]:
+        out: list = []
+        for result in results:
+            if isinstance(result, special):
+                if out:
+                    yield Same(windowing, out)
+                    out = []
+                yield [output(windowing, result)]
+                enter()
+                continue
+            out.append(result)
+            if len(out) == BATCH:
+                yield Same(windowing, out)
+                out = []
+                enter()
+        if out:
+            yield Same(windowing, out)
 
     def add(windowing: Any, values: list) -> Iterator[Same]:
         nonlocal count
@@ -98,6 +127,15 @@ def run_batched(dofn: Any, enter: Callable[[], None], failed: Callable[[], Excep
         for wv in batch:
             yield from add(wv.with_value(None), [wv.value])
     yield from flush()
+
+
+def _special_results() -> tuple[type, ...]:
+    """Results Beam's output handler does not just give the input's windowing."""
+    from apache_beam.pvalue import TaggedOutput
+    from apache_beam.transforms.window import TimestampedValue
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    return WindowedValue, TimestampedValue, TaggedOutput
 
 
 class ExplodedBatches(core.DoFn):

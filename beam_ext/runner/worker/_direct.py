@@ -605,12 +605,13 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             raise _failed(name) from exc
 
 
-def _run_batched(name: str, dofn: Any, tracker: _Tracker, state: _State, batches: Iterator[Any],
+def _run_batched(name: str, dofn: Any, window_fn: Any, tracker: _Tracker, state: _State, batches: Iterator[Any],
                  needs_setup: bool = False) -> Iterator[Any]:
     """A batched DoFn's step (see :mod:`._batched`); its bundles, and so its ``setup``, are ``_in_bundles``'s."""
     from beam_ext.runner.worker._batched import run_batched
 
-    return run_batched(dofn, functools.partial(tracker.enter, state), lambda: _failed(name), batches)
+    output = output_handler(name, window_fn, False) if dofn._process_batch_yields_elements else None
+    return run_batched(dofn, functools.partial(tracker.enter, state), lambda: _failed(name), batches, output)
 
 
 def _in_bundles(name: str, dofn: Any, tagged: bool, tracker: _Tracker, state: _State, needs_setup: bool,
@@ -1581,7 +1582,8 @@ class _ChainRun:
             else:
                 dofn, args, kwargs = self._arguments(step, info)
                 if step.batched:
-                    run = functools.partial(_run_batched, step.name, dofn, tracker, _State(container))
+                    run = functools.partial(_run_batched, step.name, dofn, step.window_fn, tracker,
+                                            _State(container))
                 else:
                     run = functools.partial(_run_step, step.name, dofn, tuple(args), dict(kwargs), step.window_fn,
                                             tracker, _State(container), tagged=step.tagged)
