@@ -294,6 +294,29 @@ def _json_records_sums(p, n):
             | beam.Map(tuple))
 
 
+def _sales(p, n):
+    """``n`` rows with a schema (``beam.Row``: a key of 100, an amount)."""
+    return _numbers(p, n) | "Sales" >> beam.Map(lambda i: beam.Row(key=i % 100, amount=i * 0.5))
+
+
+def _frame_sums(p, n):
+    """Beam's DataFrame API: the amounts summed per key (``groupby().sum()``), back to rows."""
+    from apache_beam.dataframe.convert import to_dataframe, to_pcollection
+
+    sums = to_dataframe(_sales(p, n)).groupby("key").sum()
+    return to_pcollection(sums, include_indexes=True) | beam.Map(lambda r: (int(r.key), float(r.amount)))
+
+
+def _frame_filter(p, n):
+    """Beam's DataFrame API: rows filtered and a column assigned, back to rows; the new column summed per key."""
+    from apache_beam.dataframe.convert import to_dataframe, to_pcollection
+
+    frame = to_dataframe(_sales(p, n))
+    large = frame[frame.amount > 1000.0]
+    large = large.assign(double=large.amount * 2)
+    return to_pcollection(large) | beam.Map(lambda r: (r.key, r.double)) | beam.CombinePerKey(sum)
+
+
 def _csv_sums(p, n):
     """Beam's ReadFromCsv (its DataFrame reader) summed per key with GroupBy(...).aggregate_field."""
     return (p | beam.io.ReadFromCsv(_csv_file(n)) | beam.GroupBy("key").aggregate_field("amount", sum, "total")
@@ -414,6 +437,9 @@ CASES: dict[str, tuple[str, Callable]] = {
     "read_csv": ("ReadFromCsv of n rows, GroupBy(key).aggregate_field(amount, sum), 100 keys", _csv_sums),
     "read_json": ("ReadFromJson of n JSON lines, GroupBy(key).aggregate_field(amount, sum), 100 keys",
                   _json_records_sums),
+    "frame_sums": ("DataFrame API: n rows to a frame, groupby(key).sum(), back to rows, 100 keys", _frame_sums),
+    "frame_filter": ("DataFrame API: n rows filtered, a column assigned, back to rows, summed per key",
+                     _frame_filter),
     "flatten_grouped": ("Flatten of a GroupByKey's groups (1,000 keys) and n/10 listed pairs, sizes summed per key",
                         lambda p, n: (
         (_numbers(p, n, "A") | "KeyA" >> beam.Map(lambda x: (x % 1000, x)) | beam.GroupByKey(),
