@@ -51,15 +51,12 @@ def fill_tasks(dofn: Any, sized: list[Any], tasks: int) -> list[Any]:
     >>> import apache_beam as beam
     >>> from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
     >>> from apache_beam.utils.windowed_value import WindowedValue
-    >>> class Ranges(beam.RestrictionProvider):
-    ...     def initial_restriction(self, n): return OffsetRange(0, n)
-    ...     def create_tracker(self, r): return OffsetRestrictionTracker(r)
-    ...     def restriction_size(self, n, r): return r.size()
-    >>> class Count(beam.DoFn):
-    ...     def process(self, n, tracker=beam.DoFn.RestrictionParam(Ranges())):
-    ...         yield n
+    >>> class Offsets(beam.DoFn, beam.RestrictionProvider):  # only what splitting asks of a provider
+    ...     def create_tracker(self, offsets): return OffsetRestrictionTracker(offsets)
+    ...     def restriction_size(self, n, offsets): return offsets.size()
+    ...     def process(self, n, tracker=beam.DoFn.RestrictionParam()): yield n
     >>> whole = WindowedValue(((90, (OffsetRange(0, 90), None)), 90), 0, ())
-    >>> [(r.start, r.stop, size) for ((_, (r, _)), size) in (wv.value for wv in fill_tasks(Count(), [whole], 3))]
+    >>> [(r.start, r.stop, size) for ((_, (r, _)), size) in (wv.value for wv in fill_tasks(Offsets(), [whole], 3))]
     [(0, 29, 29), (29, 59, 30), (59, 90, 31)]
     """
     if not sized or len(sized) >= tasks:
