@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pipeline_outputs import run_and_collect, spark_equals_direct
 
-from beam_ext.runner import SparkRunner
+from beam_ext.runner import PipelineError, SparkRunner
 from beam_ext.runner.worker._initial_splits import fill_tasks
 
 
@@ -158,3 +158,20 @@ def test_beams_read_from_csv_of_a_small_file_equals_beam(tmp_path, rows, splitta
         return (p | beam.io.ReadFromCsv(str(path), splittable=splittable)
                 | beam.Map(lambda row: [row.key, row.amount]))
     assert spark_equals_direct(build, tmp_path) == [[i, i * 2] for i in range(rows)]
+
+
+class _RefusesLoudly(OffsetRestrictionTracker):
+    def try_split(self, fraction_of_remainder):
+        raise RuntimeError("this tracker cannot split here")
+
+
+class _LoudOffsets(_Offsets):
+    def create_tracker(self, restriction):
+        return _RefusesLoudly(restriction)
+
+
+def test_a_tracker_failing_to_split_fails_the_pipeline_naming_the_step():
+    with pytest.raises(PipelineError) as info:
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = p | beam.Create([10]) | "ReadOffsets" >> beam.ParDo(_LoudOffsets())
+    assert "ReadOffsets" in str(info.value) and "this tracker cannot split here" in str(info.value)
