@@ -323,6 +323,63 @@ def _csv_sums(p, n):
             | beam.Map(tuple))
 
 
+class _FlushAtWindowEnd(beam.DoFn):
+    """Buffers a key's values in bag state and flushes them when its window ends,
+    on an event-time timer set by every element, as a per-key batching DoFn does."""
+
+    BUFFER = userstate.BagStateSpec("buffer", VarIntCoder())
+    FLUSH = userstate.TimerSpec("flush", userstate.TimeDomain.WATERMARK)
+
+    def process(self, kv, w=beam.DoFn.WindowParam, buffer=beam.DoFn.StateParam(BUFFER),
+                flush=beam.DoFn.TimerParam(FLUSH)):
+        buffer.add(kv[1])
+        flush.set(w.end)
+
+    @userstate.on_timer(FLUSH)
+    def on_flush(self, key=beam.DoFn.KeyParam, buffer=beam.DoFn.StateParam(BUFFER)):
+        values = list(buffer.read())
+        buffer.clear()
+        yield key, len(values), sum(values)
+
+
+def _timer_flush(p, n):
+    return (_stamped(p, n, 3600) | beam.WindowInto(window.FixedWindows(60)) | beam.ParDo(_FlushAtWindowEnd())
+            | "Unwindow" >> beam.WindowInto(window.GlobalWindows())
+            | beam.Map(lambda t: (t[0], t[1:])) | beam.CombinePerKey(lambda ts: tuple(map(sum, zip(*ts)))))
+
+
+def _sessions_count(p, n):
+    """Per-key sessions (gap 5 s) over spread timestamps, each session's size counted."""
+    return (_numbers(p, n) | "Stamp" >> beam.Map(
+                lambda x: window.TimestampedValue((x % 1000, 1), (x // 1000) * 37 % 20_000))
+            | beam.WindowInto(window.Sessions(5)) | beam.CombinePerKey(sum)
+            | "Unwindow" >> beam.WindowInto(window.GlobalWindows()) | beam.Values()
+            | beam.combiners.Count.PerElement())
+
+
+@functools.cache
+def _parquet_file(n: int) -> str:
+    """A Parquet file of ``n`` rows ``key, amount`` in row groups of 100,000, written once per process."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = os.path.join(tempfile.mkdtemp(prefix="beam_ext_parquet_"), "rows.parquet")
+    ids = np.arange(n)
+    pq.write_table(pa.table({"key": ids % 100, "amount": ids * 0.5}), path, row_group_size=100_000)
+    return path
+
+
+def _quantiles(p, n):
+    """The quartiles of the numbers by Beam's ApproximateQuantiles, each checked against
+    its rank-error bound (Beam's default epsilon, 0.01, times n) around the exact one: the approximation
+    depends on the order in which accumulators merge, on any runner."""
+    from apache_beam.transforms.stats import ApproximateQuantiles
+
+    exact = [(n - 1) * i / 4 for i in range(5)]
+    return (_numbers(p, n) | ApproximateQuantiles.Globally(5)
+            | beam.FlatMap(lambda qs: [(e, abs(q - e) <= 0.01 * n) for q, e in zip(qs, exact)]))
+
+
 # name -> (what it is, Beam build over n numbers)
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
@@ -445,6 +502,31 @@ CASES: dict[str, tuple[str, Callable]] = {
         (_numbers(p, n, "A") | "KeyA" >> beam.Map(lambda x: (x % 1000, x)) | beam.GroupByKey(),
          _numbers(p, n // 10, "B") | "KeyB" >> beam.Map(lambda x: (x % 1000, [x])))
         | beam.Flatten() | beam.MapTuple(lambda k, vs: (k, len(list(vs)))) | beam.CombinePerKey(sum))),
+    "timer_flush": ("stateful DoFn buffering per key in 1-minute windows, flushed by an event-time timer, 100 keys",
+                    _timer_flush),
+    "sessions_count": ("CombinePerKey in 5-second sessions, 1,000 keys, the sessions' sizes counted",
+                       _sessions_count),
+    "quantiles": ("ApproximateQuantiles.Globally(5), each within its error bound of the exact quartile",
+                  _quantiles),
+    "reshuffle": ("Reshuffle of keyed numbers, the values summed", lambda p, n: (
+        _numbers(p, n) | "Key" >> beam.Map(lambda x: (x % 1000, x)) | "Again" >> beam.Reshuffle() | beam.Values()
+        | beam.CombineGlobally(sum))),
+    "flatmap_explode": ("FlatMap of n/10 numbers into 10 each, Count.PerElement of 7 values", lambda p, n: (
+        _numbers(p, n // 10) | beam.FlatMap(lambda x: range(x * 10, x * 10 + 10)) | beam.Map(lambda x: x % 7)
+        | beam.combiners.Count.PerElement())),
+    "mean_per_key": ("Mean.PerKey, 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.combiners.Mean.PerKey())),
+    "groupby_lambda": ("GroupBy(a lambda).aggregate_field(sum) of plain numbers, 100 groups", lambda p, n: (
+        _numbers(p, n) | beam.GroupBy(lambda x: x % 100).aggregate_field(lambda x: x, sum, "total")
+        | beam.Map(tuple))),
+    "big_groups": ("GroupByKey over 10 keys, each group's size and sum", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 10, x)) | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (k, len(vs), sum(vs))))),
+    "parquet_sums": ("ReadFromParquet of n rows, CombinePerKey(sum), 100 keys", lambda p, n: (
+        p | beam.io.ReadFromParquet(_parquet_file(n)) | beam.Map(lambda r: (r["key"], r["amount"]))
+        | beam.CombinePerKey(sum))),
+    "combine_globally_class": ("CombineGlobally of a CombineFn class", lambda p, n: (
+        _numbers(p, n) | beam.CombineGlobally(_Mean()))),
 }
 
 
