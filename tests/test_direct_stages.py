@@ -660,7 +660,7 @@ def _flatten_of_a_reshuffle(p):
     pairs = p | "Numbers" >> beam.Create(range(5)) | "Pair" >> beam.Map(lambda x: (x, "paired"))
     spread = p | "Spread" >> beam.Create(range(3, 8)) | "Shuffle" >> beam.Reshuffle()
     return ((pairs, spread) | beam.Flatten() | "Window" >> beam.Map(lambda e, w=beam.DoFn.WindowParam: (e, repr(w)))
-            | beam.Reshuffle())
+            | "Key" >> beam.Map(lambda e: (repr(e), e)) | beam.GroupByKey() | beam.FlatMap(lambda kv: kv[1]))
 
 
 def test_a_flattens_transcoding_stage_runs_on_objects_and_equals_beam(tmp_path):
@@ -669,10 +669,10 @@ def test_a_flattens_transcoding_stage_runs_on_objects_and_equals_beam(tmp_path):
                                                 + [[k, "GlobalWindow"] for k in range(3, 8)]))
     p = beam.Pipeline()
     _flatten_of_a_reshuffle(p)
-    # The steps after the Flatten, up to the Reshuffle's grouping, run in
+    # The steps after the Flatten, up to the grouping, run in
     # each of its inputs' stages (write_flattens_to_their_grouping).
     transcoding = [stage.direct is not None for stage in plan_pipeline(p.to_runner_api(), 1 << 20, 2).stages
-                   if stage.steps == ("Flatten", "Window", "Reshuffle")]
+                   if stage.steps == ("Flatten", "Window", "Key")]
     assert transcoding == [True]
 
 

@@ -39,6 +39,7 @@ from beam_ext.runner.native._parquetio import (
     read_parquet_on_spark,
     write_parquet_on_spark,
 )
+from beam_ext.runner.native._reshuffle import RESHUFFLE_URN, reshuffle_on_spark
 from beam_ext.runner.native._sliding import sliding_on_spark
 from beam_ext.runner.native._textio import READ_TEXT_URN, WRITE_TEXT_URN, read_text_on_spark, write_text_on_spark
 from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_ANNOTATION
@@ -46,7 +47,7 @@ from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_UR
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
 
 __all__ = ["DONE_ON_RETURN", "DRIVER_VALUES", "NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION",
-           "ONE_WINDOW_PER_ELEMENT", "READS_ARROW_ROWS", "READS_BATCHES", "TRANSLATIONS", "ArrowRows",
+           "ONE_WINDOW_PER_ELEMENT", "READS_ARROW_ROWS", "READS_BATCHES", "RESHUFFLE_URN", "TRANSLATIONS", "ArrowRows",
            "ElementBatches", "NativeContext", "NativeFn", "lookup_native"]
 
 
@@ -89,6 +90,7 @@ TRANSLATIONS: dict[str, NativeFn] = {
     READ_PARQUET_BATCHED_URN: read_parquet_batched_on_spark,
     WRITE_PARQUET_URN: write_parquet_on_spark,
     WRITE_PARQUET_BATCHED_URN: write_parquet_on_spark,
+    RESHUFFLE_URN: reshuffle_on_spark,
 }
 
 #: Implementations that group each element by its own windows. That equals
@@ -102,7 +104,8 @@ READS_ARROW_ROWS: frozenset[str] = frozenset({SLIDING_URN})
 
 
 #: Implementations that take :class:`ElementBatches` as their input, as well as an RDD.
-READS_BATCHES: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WRITE_PARQUET_BATCHED_URN})
+READS_BATCHES: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WRITE_PARQUET_BATCHED_URN,
+                                          RESHUFFLE_URN})
 
 
 #: Implementations whose work is done when they return: a write's shards are

@@ -67,6 +67,7 @@ from apache_beam.runners.worker import bundle_processor
 
 from beam_ext.runner import native
 from beam_ext.runner.planning._create import declare_native_creates
+from beam_ext.runner.planning._reshuffle import declare_native_reshuffles
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -351,6 +352,7 @@ def optimize_phases(streaming: bool = False, split_splittable: bool = True,
 def substitute_natives(proto: beam_runner_api_pb2.Pipeline) -> frozenset[str]:
     """Turns composites with a Spark-native implementation into leaves; returns their URNs."""
     declare_native_creates(proto)
+    declare_native_reshuffles(proto)
     urns = set()
     for transform in proto.components.transforms.values():
         urn_bytes = transform.annotations.get(native.NATIVE_URN_ANNOTATION)

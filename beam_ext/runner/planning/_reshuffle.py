@@ -1,4 +1,9 @@
-"""Dropping a ``Reshuffle`` that reads a Spark-native ``Create``.
+"""Beam's ``Reshuffle`` in batch: given its Spark-native step, or dropped after a Spark-native ``Create``.
+
+:func:`declare_native_reshuffles` annotates each ``Reshuffle`` with the
+native step of :mod:`beam_ext.runner.native._reshuffle`, which
+:func:`~beam_ext.runner.planning._phases.substitute_natives` then runs in
+place of Beam's expansion.
 
 ``Create(seeds) | Reshuffle() | FlatMap(generate)`` is how Beam pipelines
 spread a few seeds over workers. On SparkRunner the native Create already
@@ -19,8 +24,29 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 
 from beam_ext.runner.native._create import CREATE_URN
+from beam_ext.runner.native._reshuffle import DEFAULT_WINDOWING, RESHUFFLE_URN
+from beam_ext.transforms._native import NATIVE_URN_ANNOTATION, native_annotations
 
 _LOG = logging.getLogger("beam_ext.runner")
+
+
+def declare_native_reshuffles(proto: beam_runner_api_pb2.Pipeline) -> None:
+    """Annotates each ``Reshuffle`` composite of one input and one output with its native step."""
+    from apache_beam.runners import pipeline_context
+    from apache_beam.transforms.core import Windowing
+
+    components = proto.components
+    context = pipeline_context.PipelineContext(components)
+    for transform in components.transforms.values():
+        if (transform.spec.urn != common_urns.composites.RESHUFFLE.urn or not transform.subtransforms
+                or len(transform.inputs) != 1 or len(transform.outputs) != 1
+                or NATIVE_URN_ANNOTATION in transform.annotations):
+            continue
+        [source] = transform.inputs.values()
+        strategy = components.windowing_strategies[components.pcollections[source].windowing_strategy_id]
+        default = Windowing.from_runner_api(strategy, context).is_default()
+        for key, value in native_annotations(RESHUFFLE_URN, DEFAULT_WINDOWING if default else b"").items():
+            transform.annotations[key] = value
 
 
 def drop_reshuffles_after_create(proto: beam_runner_api_pb2.Pipeline) -> list[str]:
@@ -33,7 +59,7 @@ def drop_reshuffles_after_create(proto: beam_runner_api_pb2.Pipeline) -> list[st
               for pcoll in t.outputs.values()}
     dropped = []
     reshuffles = [transform_id for transform_id, t in transforms.items()
-                  if t.spec.urn == common_urns.composites.RESHUFFLE.urn and len(t.inputs) == len(t.outputs) == 1]
+                  if t.spec.urn in _RESHUFFLE_URNS and len(t.inputs) == len(t.outputs) == 1]
     for transform_id in reshuffles:
         transform = transforms[transform_id]
         [source] = transform.inputs.values()
@@ -47,6 +73,9 @@ def drop_reshuffles_after_create(proto: beam_runner_api_pb2.Pipeline) -> list[st
         _LOG.info("step %r dropped: the Spark-native Create before it already spreads its elements", name)
         dropped.append(name)
     return dropped
+
+
+_RESHUFFLE_URNS = frozenset({common_urns.composites.RESHUFFLE.urn, RESHUFFLE_URN})
 
 
 def _same_pcollection(components, a: str, b: str) -> bool:
