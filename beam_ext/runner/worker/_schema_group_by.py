@@ -3,13 +3,16 @@
 Beam expands ``GroupBy("k").aggregate_field("x", sum, "total")`` into a
 ``Map`` making each element's ``(Key(k=...), [x, ...])`` pair, through
 several lambdas and a named tuple per element, then a ``CombinePerKey`` of
-a ``TupleCombineFn``. When every key and value is a field named by a string
-and the combine keeps plain accumulators
+a ``TupleCombineFn``. When the combine keeps plain accumulators
 (:mod:`beam_ext.runner.worker._plain_accumulators`), the pairs are read
-with ``operator.attrgetter`` instead, in C, and a key becomes Beam's
-``Key`` row only once per partial accumulator, when the combine emits it
-(:func:`aggregated_fields`). ``benchmarks/runner_ab.py rows`` times a
-pipeline that has one.
+without them: fields named by strings with ``operator.attrgetter``, in C
+(all of them at once where every key, or every value, is one), and a
+callable key or value (``GroupBy(lambda x: ...)``) by calling it, once per
+element, as Beam does. A key becomes Beam's ``Key`` row only once per
+partial accumulator, when the combine emits it (:func:`aggregated_fields`).
+``benchmarks/runner_ab.py rows`` times a pipeline that has one, and
+``groupby_lambda`` of ``benchmarks/runner_common.py`` one grouping plain
+numbers by a lambda.
 
 A ``GroupBy`` without aggregation expands into a ``Map`` making
 ``(key, element)`` pairs that builds its key function anew for every
@@ -38,22 +41,36 @@ def closure(fn: Callable) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class AggregatedFields:
-    """The fields a ``GroupBy(...).aggregate_field(...)`` groups by and
-    aggregates, and Beam's maker of its ``Key`` rows."""
+    """What a ``GroupBy(...).aggregate_field(...)`` groups by and aggregates
+    (each a field named by a string, or a callable), and Beam's maker of its ``Key`` rows."""
 
-    key_fields: tuple[str, ...]
-    value_fields: tuple[str, ...]
+    key_fields: tuple[str | Callable, ...]
+    value_fields: tuple[str | Callable, ...]
     key_type: Callable[..., tuple]
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_read_key", _reader(self.key_fields))
+        object.__setattr__(self, "_read_value", _reader(self.value_fields))
+
     def pairs(self, rows: list) -> list:
-        """``(key, value)`` pairs of ``rows``: the key is the key field's
-        value, or the tuple of the key fields' values; the value likewise."""
-        keys = map(attrgetter(*self.key_fields), rows)
-        return list(zip(keys, map(attrgetter(*self.value_fields), rows)))
+        """``(key, value)`` pairs of ``rows``: the key is the key expression's
+        value, or the tuple of the key expressions' values; the value likewise."""
+        return list(zip(map(self._read_key, rows), map(self._read_value, rows)))
 
     def key(self, raw: Any) -> tuple:
         """Beam's ``Key`` row of a key of :meth:`pairs`."""
         return self.key_type(raw) if len(self.key_fields) == 1 else self.key_type(*raw)
+
+
+def _reader(exprs: tuple[str | Callable, ...]) -> Callable:
+    """A function of an element giving its value of the one expression of
+    ``exprs``, or the tuple of its values of several, each computed once."""
+    if all(type(expr) is str for expr in exprs):
+        return attrgetter(*exprs)
+    calls = tuple(attrgetter(expr) if type(expr) is str else expr for expr in exprs)
+    if len(calls) == 1:
+        return calls[0]
+    return lambda element: tuple([call(element) for call in calls])
 
 
 def _lambdas(code: types.CodeType) -> dict:
@@ -97,10 +114,24 @@ def _field_names(exprs: Any, field_code: types.CodeType) -> tuple[str, ...] | No
     return tuple(names) if names else None
 
 
+def _expressions(exprs: Any, field_code: types.CodeType) -> tuple[str | Callable, ...] | None:
+    """Each of ``exprs`` (Beam's callables of ``_expr_to_callable``) as the
+    field name it reads, or as itself where it is the user's callable."""
+    out: list[str | Callable] = []
+    for expr in exprs:
+        named = _field_names((expr,), field_code)
+        if named is not None:
+            out.append(named[0])
+        elif callable(expr) and getattr(expr, "__code__", None) != field_code:
+            out.append(expr)
+        else:
+            return None
+    return tuple(out) if out else None
+
+
 def aggregated_fields(fn: Callable) -> AggregatedFields | None:
-    """The fields of ``fn`` if it is the ``Map`` function of a
-    ``GroupBy(...).aggregate_field(...)`` whose keys and values are all
-    fields named by strings; else None."""
+    """The keys and values of ``fn`` if it is the ``Map`` function of a
+    ``GroupBy(...).aggregate_field(...)``; else None."""
     codes = _beams_codes()
     if codes is None or getattr(fn, "__code__", None) != codes.pair:
         return None
@@ -109,8 +140,8 @@ def aggregated_fields(fn: Callable) -> AggregatedFields | None:
     if getattr(key_func, "__code__", None) != codes.key or getattr(value_func, "__code__", None) != codes.values:
         return None
     keyed = closure(key_func)
-    key_fields = _field_names(keyed["key_exprs"], codes.field)
-    value_fields = _field_names(closure(value_func)["value_exprs"], codes.field)
+    key_fields = _expressions(keyed["key_exprs"], codes.field)
+    value_fields = _expressions(closure(value_func)["value_exprs"], codes.field)
     if key_fields is None or value_fields is None:
         return None
     return AggregatedFields(key_fields, value_fields, keyed["key_type"])
