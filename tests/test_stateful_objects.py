@@ -28,6 +28,7 @@ from apache_beam.transforms.userstate import (
     TimerSpec,
     on_timer,
 )
+from apache_beam.utils.timestamp import Timestamp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pipeline_outputs import run_and_collect, spark_equals_direct
@@ -105,6 +106,28 @@ class _ChainedTags(beam.DoFn):
         if tag.count("+") < 2:
             t.set(ts + 100, dynamic_timer_tag=tag + "+")
         yield key, tag, ts.micros // 1_000_000
+
+
+# Times shared by every call, as a window's end is; one not on a millisecond.
+_TIMES = (Timestamp(5), Timestamp(micros=7_000_500), Timestamp(9))
+
+
+class _SetBackAndForth(beam.DoFn):
+    """Sets its timer per element to the next time, then to its key's own
+    (the same object, or an equal one, or the seconds as a number), then
+    again per value: the last time set is the one that fires."""
+
+    T = TimerSpec("t", TimeDomain.WATERMARK)
+
+    def process(self, kv, t=beam.DoFn.TimerParam(T)):
+        k, v = kv
+        t.set(_TIMES[(k + 1) % 3])
+        own = _TIMES[k % 3]
+        t.set((own, Timestamp(micros=own.micros), float(own))[v % 3] if k % 3 != 1 else own)
+
+    @on_timer(T)
+    def fired(self, key=beam.DoFn.KeyParam, ts=beam.DoFn.TimestampParam):
+        yield key, ts.micros
 
 
 class _Routed(beam.DoFn):
@@ -198,6 +221,16 @@ def test_dynamic_timer_tags_set_again_in_callbacks_and_cleared_equal_beam(tmp_pa
     # x: tags r0, r1, r2 at 10, 11, 12 s, each set again 100 s later twice; y's one timer cleared.
     assert sorted(map(tuple, out)) == sorted(
         ("x", f"r{r}" + "+" * n, 10 + r + 100 * n) for r in range(3) for n in range(3))
+
+
+def test_a_timer_set_again_to_the_same_or_another_time_fires_at_the_last_equal_beam(tmp_path):
+    def build(p):
+        return p | beam.Create([(k, v) for k in range(6) for v in range(7)]) | beam.ParDo(_SetBackAndForth())
+
+    assert _on_objects(build) == [True]
+    # Each key's timer fires once, at its own time in the milliseconds Beam's timer coder keeps.
+    assert sorted(map(tuple, spark_equals_direct(build, tmp_path))) == [
+        (k, _TIMES[k % 3].micros // 1000 * 1000) for k in range(6)]
 
 
 def test_tagged_and_timestamped_outputs_of_a_stateful_dofn_equal_beam(tmp_path):

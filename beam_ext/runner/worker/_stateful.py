@@ -59,6 +59,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 from beam_ext.runner._element_batches import BATCH, BUNDLE_END, Marker, as_batch
 from beam_ext.runner._group_spill import ExternalGrouping, SpillStats
 from beam_ext.runner._shuffle import unpack
+from beam_ext.runner._window_keys import window_key
 from beam_ext.runner.worker._direct import check_result
 
 _EMPTY = object()
@@ -151,37 +152,51 @@ class _CombiningState(userstate.CombiningValueRuntimeState):
 
 @dataclasses.dataclass
 class _Timer:
-    """A set timer: its family (its callback's), firing time, pane, and the key it was set for."""
+    """A set timer: its family (its callback's), firing time, pane, and the key and window it was set for."""
 
     family: str
     fire: Timestamp
     pane: Any
     key: Any
+    window: Any
 
 
 class _RuntimeTimer(userstate.BaseTimer):
     """What ``DoFn.TimerParam`` gives: sets and clears the key's timers of one family and window."""
 
-    __slots__ = ("_timers", "_family", "_key", "_window", "_pane")
+    __slots__ = ("_timers", "_family", "_key", "_window", "_window_key", "_pane", "_set_to", "_fire")
 
     def __init__(self, timers: dict, family: str, key: Any, window: Any, pane: Any) -> None:
         self._timers = timers
         self._family = family
         self._key = key
         self._window = window
+        # Pending timers are keyed by the window's bounds: hashing Beam's
+        # IntervalWindow reads Python properties of the timestamp range.
+        self._window_key = window_key(window)
         self._pane = pane
+        self._set_to = self._fire = None
 
     def set(self, timestamp: Any, dynamic_timer_tag: str = "") -> None:
-        # Beam's timer coder keeps milliseconds: a timer fires at its time so
-        # truncated, as it does through the bundle processor.
-        fire = Timestamp(micros=Timestamp.of(timestamp).micros // 1000 * 1000)
+        # A DoFn setting its timer per element most often passes one time
+        # (its window's end): Beam's Timestamp arithmetic, in Python, is done
+        # once for it, and an equal time gives the same firing time.
+        if self._set_to is None or not (timestamp is self._set_to or timestamp == self._set_to):
+            # Beam's timer coder keeps milliseconds: a timer fires at its time
+            # so truncated, as it does through the bundle processor.
+            self._fire = Timestamp(micros=Timestamp.of(timestamp).micros // 1000 * 1000)
+            self._set_to = timestamp
+        fire = self._fire
+        ident = (self._family, dynamic_timer_tag, self._window_key)
+        held = self._timers.get(ident)
         # Set again, a timer keeps its place among the pending ones (a dict's
-        # order), as the runner's table of decoded timers keeps it.
-        self._timers[(self._family, dynamic_timer_tag, self._window)] = _Timer(
-            self._family, fire, self._pane, self._key)
+        # order), as the runner's table of decoded timers keeps it; set again
+        # to what it holds, it changes nothing.
+        if held is None or held.fire is not fire or held.pane is not self._pane or held.key is not self._key:
+            self._timers[ident] = _Timer(self._family, fire, self._pane, self._key, self._window)
 
     def clear(self, dynamic_timer_tag: str = "") -> None:
-        self._timers.pop((self._family, dynamic_timer_tag, self._window), None)
+        self._timers.pop((self._family, dynamic_timer_tag, self._window_key), None)
 
 
 class _KeyState:
@@ -364,7 +379,10 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
             if kind == "element":
                 arguments[i] = template.value
             elif kind == "timer":
-                arguments[i] = _RuntimeTimer(held.timers, spec, key, window, template.pane_info)
+                # One per family, window and pane of the key: the list is the window's.
+                timer = arguments[i]
+                if type(timer) is not _RuntimeTimer or timer._pane is not template.pane_info:
+                    arguments[i] = _RuntimeTimer(held.timers, spec, key, window, template.pane_info)
             elif kind == "key":
                 arguments[i] = key
             elif kind == "timestamp":
@@ -376,7 +394,7 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
 
     def fire(ident: tuple, timer: _Timer, held: _KeyState) -> Any:
         callback, parameters = callbacks[timer.family]
-        _, tag, window = ident
+        tag, window = ident[1], timer.window
         arguments: dict[str, Any] = {}
         for keyword, kind, spec in parameters:
             if kind == "state":
@@ -404,7 +422,8 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
             pieces = group[1]
             enter()
             held = _KeyState(new)
-            prepared: dict[Any, list] = {}  # a window's arguments, its state in place
+            # A window's arguments, its state in place, by its bounds (see _RuntimeTimer).
+            prepared: dict[Any, list] = {}
             last_window = last = None
             try:
                 stream = create_InputStream(pieces if type(pieces) is bytes else b"".join(pieces))
@@ -420,9 +439,10 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
                         template = wv if len(windows) == 1 else WindowedValue(
                             wv.value, wv.timestamp, (window,), wv.pane_info)
                         if window is not last_window:
-                            last = prepared.get(window)
+                            bounds = window_key(window)
+                            last = prepared.get(bounds)
                             if last is None:
-                                last = prepared[window] = arguments_for(window, held)
+                                last = prepared[bounds] = arguments_for(window, held)
                             last_window = window
                         # The list is reused: a call unpacks it into its own arguments.
                         if element_at is not None:
@@ -451,7 +471,7 @@ def run_stateful(name: str, dofn: core.DoFn, args: tuple, kwargs: dict, output: 
                                                    key=lambda it: it[1].fire):
                             results = fire(ident, timer, held)
                             if results is not None:
-                                yield from emit(WindowedValue(None, timer.fire, (ident[2],)), results)
+                                yield from emit(WindowedValue(None, timer.fire, (timer.window,)), results)
             except Exception as exc:  # noqa: BLE001 - re-raised naming the step
                 raise failed(name) from exc
         if out:
