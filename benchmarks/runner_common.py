@@ -380,6 +380,38 @@ def _quantiles(p, n):
             | beam.FlatMap(lambda qs: [(e, abs(q - e) <= 0.01 * n) for q, e in zip(qs, exact)]))
 
 
+@functools.cache
+def _text_files(n: int) -> str:
+    """``_SHARDS`` text files of ``n`` numbers in all, one per line, written once per process; their glob."""
+    folder = tempfile.mkdtemp(prefix="beam_ext_text_")
+    per = n // _SHARDS
+    for shard in range(_SHARDS):
+        with open(os.path.join(folder, f"part-{shard}.txt"), "w") as f:
+            f.writelines(f"{i}\n" for i in range(shard * per, (shard + 1) * per))
+    return os.path.join(folder, "part-*.txt")
+
+
+def _read_all_text(p, n):
+    """Beam's ReadAllFromText of a glob listed in the pipeline, the numbers summed per remainder of 100."""
+    return (p | beam.Create([_text_files(n)]) | beam.io.ReadAllFromText()
+            | beam.Map(lambda line: (int(line) % 100, int(line))) | beam.CombinePerKey(sum))
+
+
+def _write_files(p, n):
+    """fileio.WriteToFiles of the numbers as text; the files it reports written, read back and summed
+    (how many files it writes depends on the bundles, on any runner)."""
+    from apache_beam.io import fileio
+
+    folder = tempfile.mkdtemp(prefix="beam_ext_fileio_")
+
+    def numbers_in(result):
+        with open(os.path.join(folder, result.file_name)) as f:
+            return [int(line) for line in f]
+
+    return (_numbers(p, n) | beam.Map(str) | fileio.WriteToFiles(folder)
+            | beam.FlatMap(numbers_in) | beam.CombineGlobally(sum))
+
+
 # name -> (what it is, Beam build over n numbers)
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
@@ -527,6 +559,17 @@ CASES: dict[str, tuple[str, Callable]] = {
         | beam.CombinePerKey(sum))),
     "combine_globally_class": ("CombineGlobally of a CombineFn class", lambda p, n: (
         _numbers(p, n) | beam.CombineGlobally(_Mean()))),
+    "gbk_sliding": ("GroupByKey in 10-minute windows every 5 minutes, 100 keys, the groups' sizes summed", lambda p, n: (
+        _stamped(p, n, 3600) | beam.WindowInto(window.SlidingWindows(600, 300)) | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (k, len(vs))) | "Unwindow" >> beam.WindowInto(window.GlobalWindows())
+        | beam.CombinePerKey(sum))),
+    "to_dict": ("ToDict of 1,000 keys' sums, its size", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.CombinePerKey(sum) | beam.combiners.ToDict()
+        | beam.Map(len))),
+    "big_side_dict": ("Map with an AsDict side input of 100,000 entries, summed", lambda p, n: _side(
+        p, n, beam.pvalue.AsDict, [(k, k % 7) for k in range(100_000)], lambda x, s: s[x % 100_000])),
+    "read_all_text": ("ReadAllFromText of 8 files, CombinePerKey(sum), 100 keys", _read_all_text),
+    "write_files": ("fileio.WriteToFiles, the files written read back and summed", _write_files),
 }
 
 
