@@ -39,6 +39,8 @@ RESHUFFLE_URN = "beam_ext:reshuffle:v1"
 #: The payload of a Reshuffle whose input has the default windowing (see the module's docstring).
 DEFAULT_WINDOWING = b"default"
 
+_MIN_MICROS = MIN_TIMESTAMP.micros
+
 
 def _pieces(batch: Same | list, offset: int, partitions: int) -> Iterator[tuple[int, Same | list]]:
     """``(target, piece)`` of ``batch``, its ``j``-th element dealt to ``(offset + j) % partitions``."""
@@ -69,11 +71,11 @@ def _unknown_pane_at_min(batch: Same | list) -> Same | list:
     """``batch`` with the unknown pane on its elements at the minimum timestamp."""
     if type(batch) is Same:
         template = batch.template
-        if template.timestamp == MIN_TIMESTAMP and template.pane_info != PANE_INFO_UNKNOWN:
+        if template.timestamp_micros == _MIN_MICROS and template.pane_info != PANE_INFO_UNKNOWN:
             return Same(WindowedValue(None, MIN_TIMESTAMP, template.windows), batch.values)
         return batch
     return [WindowedValue(wv.value, MIN_TIMESTAMP, wv.windows)
-            if wv.timestamp == MIN_TIMESTAMP and wv.pane_info != PANE_INFO_UNKNOWN else wv for wv in batch]
+            if wv.timestamp_micros == _MIN_MICROS and wv.pane_info != PANE_INFO_UNKNOWN else wv for wv in batch]
 
 
 def _per_window(batch: Same | list) -> Same | list:
