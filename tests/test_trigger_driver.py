@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 
+import pytest
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import Windowing
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
@@ -19,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_ext.runner.worker._streaming_group import _freeze, _thaw, _Windows
-from beam_ext.runner.worker._trigger_driver import NonMergingTriggerDriver, trigger_driver
+from beam_ext.runner.worker._trigger_driver import MergingTriggerDriver, NonMergingTriggerDriver, trigger_driver
 
 _WINDOW_FNS = [window.GlobalWindows(), window.FixedWindows(10), window.SlidingWindows(10, 5)]
 _COMBINERS = [window.TimestampCombiner.OUTPUT_AT_EOW, window.TimestampCombiner.OUTPUT_AT_EARLIEST,
@@ -136,6 +137,66 @@ def test_our_driver_equals_beams_driver(run):
         assert _unordered(gathered) == _unordered(beams)
 
 
+# Triggers that merge with their windows (Beam's AfterCount keeps a count per window, merged by adding).
+_MERGING_TRIGGERS = [
+    lambda n: trigger.DefaultTrigger(),
+    lambda n: trigger.AfterWatermark(early=trigger.AfterCount(n)),
+    lambda n: trigger.AfterWatermark(early=trigger.AfterCount(n), late=trigger.AfterCount(1)),
+    lambda n: trigger.Repeatedly(trigger.AfterCount(n)),
+]
+
+
+@st.composite
+def session_runs(draw):
+    """As :func:`runs`, in sessions, with elements of one batch far enough apart to start several."""
+    windowing, batches = draw(runs())
+    return Windowing(window.Sessions(draw(st.sampled_from([1, 3, 8]))),
+                     triggerfn=draw(st.sampled_from(_MERGING_TRIGGERS))(draw(st.integers(1, 3))),
+                     accumulation_mode=windowing.accumulation_mode, timestamp_combiner=windowing.timestamp_combiner,
+                     allowed_lateness=windowing.allowed_lateness), batches
+
+
+@settings(max_examples=300, deadline=None)
+@given(session_runs())
+def test_our_merging_driver_equals_beams_driver(run):
+    windowing, batches = run
+    beams = _run(trigger.GeneralTriggerDriver(windowing, _Clock()), windowing, batches)
+    driver = MergingTriggerDriver(windowing, _Clock())
+    assert _run(driver, windowing, batches) == beams
+    assert _run(MergingTriggerDriver(windowing, _Clock()), windowing, batches, task_windows=True) == beams
+    assert len(driver._views) <= 8
+
+
+def test_a_late_element_merging_into_a_fired_session_equals_beams_driver():
+    # The session [1, 7) fires; a late element (within the lateness) merges it
+    # into [1, 11), whose timer carries the fired session's first id: that id's
+    # window, looked up again, is the merged one.
+    windowing = Windowing(window.Sessions(5), triggerfn=trigger.AfterWatermark(late=trigger.AfterCount(1)),
+                          accumulation_mode=trigger.AccumulationMode.ACCUMULATING, allowed_lateness=20)
+    batches = [([(1, 1), (2, 2)], 10), ([(3, 6)], 12), ([(4, 9), (5, 30)], 40)]
+    beams = _run(trigger.GeneralTriggerDriver(windowing, _Clock()), windowing, batches)
+    assert _run(MergingTriggerDriver(windowing, _Clock()), windowing, batches) == beams
+    assert [sorted(value) for panes, _ in beams for value, *_ in panes] == [[1, 2], [1, 2, 3], [1, 2, 3, 4], [5]]
+
+
+def test_a_window_found_by_id_follows_merges():
+    from apache_beam.transforms.window import IntervalWindow
+
+    from beam_ext.runner.worker._trigger_driver import _MergingStateAdapter
+
+    state, by_ids = trigger.InMemoryUnmergedState(), {}
+    adapter = _MergingStateAdapter(state, {}, by_ids)
+    first, second, merged = IntervalWindow(0, 5), IntervalWindow(3, 9), IntervalWindow(0, 9)
+    ids = adapter._get_id(first), adapter._get_id(second)
+    assert [adapter.get_window(i) for i in ids] == [first, second]
+    adapter.merge([first, second], merged)
+    # A new adapter per timer, as the driver makes, over the same index.
+    again = _MergingStateAdapter(state, {}, by_ids)
+    assert [again.get_window(i) for i in ids] == [merged, merged]
+    with pytest.raises(ValueError, match="No window"):
+        again.get_window(max(ids) + 1)
+
+
 def _unordered(seen: list) -> list:
     """Panes and states with each list of values sorted."""
     def values(v):
@@ -152,7 +213,7 @@ def test_driver_is_chosen_for_windows_that_do_not_merge():
                       accumulation_mode=trigger.AccumulationMode.DISCARDING)
     assert isinstance(trigger_driver(early, _Clock()), NonMergingTriggerDriver)
     sessions = Windowing(window.Sessions(10))
-    assert type(trigger_driver(sessions, _Clock())) is trigger.GeneralTriggerDriver
+    assert type(trigger_driver(sessions, _Clock())) is MergingTriggerDriver
 
 
 def test_late_elements_within_lateness_fire_late_panes_and_past_it_are_dropped():

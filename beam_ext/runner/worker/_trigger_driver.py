@@ -34,6 +34,14 @@ timers and panes as Beam's:
 Everything else (watermark holds, tombstones, firing, panes, timers) is
 Beam's own code. ``tests/test_trigger_driver.py`` compares the two drivers'
 panes and states on random inputs and triggers.
+
+:class:`MergingTriggerDriver`, for windows that merge (sessions), is Beam's
+driver with its timers run through the same adapter, and each timer's
+window found by its id in an index instead of a scan of the key's windows:
+Beam's ``process_timer`` wraps the state anew for every timer and scans
+every window the key has (``get_window``, then ``known_windows``), so a key
+with many sessions costs the square of their number. Its
+``process_elements`` is Beam's.
 """
 from __future__ import annotations
 
@@ -54,10 +62,10 @@ def expired_values(windowing: Any, windowed_values: Iterable[Any], input_waterma
 
 def trigger_driver(windowing: Any, clock: Any) -> trigger.TriggerDriver:
     """The driver a streaming GroupByKey runs: :class:`NonMergingTriggerDriver`
-    where the windows do not merge, else Beam's (``trigger.create_trigger_driver``)."""
+    where the windows do not merge, else :class:`MergingTriggerDriver`."""
     if not windowing.windowfn.is_merging():
         return NonMergingTriggerDriver(windowing, clock)
-    return trigger.create_trigger_driver(windowing, clock=clock)
+    return MergingTriggerDriver(windowing, clock)
 
 
 class _StateAdapter(trigger.MergeableStateAdapter):
@@ -223,3 +231,53 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
             if self.trigger_fn.should_fire(TimeDomain.WATERMARK, input_watermark, window, context):
                 finished = self.trigger_fn.on_fire(input_watermark, window, context)
                 yield self._output(window, finished, state, output_watermark, False)
+
+
+class _MergingStateAdapter(_StateAdapter):
+    """The adapter, finding a window by one of its ids through an index of
+    the key's window ids (``by_ids``: per driver, by the ids' dict)."""
+
+    def __init__(self, raw_state: Any, views: dict[tuple[str, int], tuple[Any, Any]],
+                 by_ids: dict[int, tuple[dict, dict]]) -> None:
+        super().__init__(raw_state, views)
+        self._by_ids = by_ids
+
+    def get_window(self, window_id: Any) -> Any:
+        ids = self.window_ids
+        found = self._by_ids.get(id(ids))
+        if found is not None and found[0] is ids:
+            window = found[1].get(window_id)
+            # Merges and clears change the ids in place: an entry is checked before it is used.
+            if window is not None and window_id in (self._ids(window) or ()):
+                return window
+        index = {i: w for w, window_ids in ids.items() for i in window_ids}
+        self._by_ids[id(ids)] = (ids, index)
+        if window_id not in index:
+            raise ValueError(f"No window for {window_id}")
+        return index[window_id]
+
+
+class MergingTriggerDriver(trigger.GeneralTriggerDriver):
+    """Beam's ``GeneralTriggerDriver`` for windows that merge, its timers run as the module says."""
+
+    def __init__(self, windowing: Any, clock: Any) -> None:
+        super().__init__(windowing, clock)
+        self._views: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._by_ids: dict[int, tuple[dict, dict]] = {}
+
+    def process_timer(self, window_id: Any, name: str, time_domain: Any, timestamp: Timestamp, state: Any,
+                      input_watermark: Timestamp | None = None) -> Iterator[Any]:
+        """Beam's ``process_timer``, in the adapter of this module."""
+        if input_watermark is None:
+            input_watermark = timestamp
+        state = _MergingStateAdapter(state, self._views, self._by_ids)
+        window = state.get_window(window_id)
+        if state.get_state(window, self.TOMBSTONE):
+            return
+        if time_domain not in (TimeDomain.WATERMARK, TimeDomain.REAL_TIME):
+            raise ValueError(f"Unexpected time domain: {time_domain}")
+        # Beam checks that the window is among the key's windows: get_window found it there.
+        context = state.at(window, self.clock)
+        if self.trigger_fn.should_fire(time_domain, timestamp, window, context):
+            finished = self.trigger_fn.on_fire(timestamp, window, context)
+            yield self._output(window, finished, state, timestamp, time_domain == TimeDomain.WATERMARK)
