@@ -351,7 +351,7 @@ def _timer_flush(p, n):
 def _sessions_count(p, n):
     """Per-key sessions (gap 5 s) over spread timestamps, each session's size counted."""
     return (_numbers(p, n) | "Stamp" >> beam.Map(
-                lambda x: window.TimestampedValue((x % 1000, 1), (x // 1000) * 37 % 20_000))
+                lambda x: window.TimestampedValue((x % 10_000, 1), (x // 10_000) * 37 % 2_000))
             | beam.WindowInto(window.Sessions(5)) | beam.CombinePerKey(sum)
             | "Unwindow" >> beam.WindowInto(window.GlobalWindows()) | beam.Values()
             | beam.combiners.Count.PerElement())
@@ -536,7 +536,7 @@ CASES: dict[str, tuple[str, Callable]] = {
         | beam.Flatten() | beam.MapTuple(lambda k, vs: (k, len(list(vs)))) | beam.CombinePerKey(sum))),
     "timer_flush": ("stateful DoFn buffering per key in 1-minute windows, flushed by an event-time timer, 100 keys",
                     _timer_flush),
-    "sessions_count": ("CombinePerKey in 5-second sessions, 1,000 keys, the sessions' sizes counted",
+    "sessions_count": ("CombinePerKey in 5-second sessions, 10,000 keys, the sessions' sizes counted",
                        _sessions_count),
     "quantiles": ("ApproximateQuantiles.Globally(5), each within its error bound of the exact quartile",
                   _quantiles),
