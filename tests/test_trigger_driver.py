@@ -119,17 +119,23 @@ def _run(driver, windowing, batches, task_windows: bool = False, gathered: bool 
     return seen
 
 
+def _equals_beams(driver_class, windowing, batches) -> list:
+    """Asserts a driver of ``driver_class`` runs ``batches`` as Beam's driver does,
+    also with the state saved and read back between batches; returns Beam's run."""
+    beams = _run(trigger.GeneralTriggerDriver(windowing, _Clock()), windowing, batches)
+    driver = driver_class(windowing, _Clock())
+    assert _run(driver, windowing, batches) == beams
+    assert _run(driver_class(windowing, _Clock()), windowing, batches, task_windows=True) == beams
+    # Nested triggers make a new state tag at every access: the views made stay few.
+    assert len(driver._views) <= 8
+    return beams
+
+
 @settings(max_examples=400, deadline=None)
 @given(runs())
 def test_our_driver_equals_beams_driver(run):
     windowing, batches = run
-    beams = _run(trigger.GeneralTriggerDriver(windowing, _Clock()), windowing, batches)
-    driver = NonMergingTriggerDriver(windowing, _Clock())
-    ours = _run(driver, windowing, batches)
-    assert ours == beams
-    assert _run(NonMergingTriggerDriver(windowing, _Clock()), windowing, batches, task_windows=True) == beams
-    # Nested triggers make a new state tag at every access: the views made stay few.
-    assert len(driver._views) <= 8
+    beams = _equals_beams(NonMergingTriggerDriver, windowing, batches)
     if windowing.timestamp_combiner == window.TimestampCombiner.OUTPUT_AT_EOW:
         # Gathered by windows, a window's values come in another order, which a pane leaves unspecified.
         gathered = _run(NonMergingTriggerDriver(windowing, _Clock()), windowing, batches, task_windows=True,
@@ -159,12 +165,7 @@ def session_runs(draw):
 @settings(max_examples=300, deadline=None)
 @given(session_runs())
 def test_our_merging_driver_equals_beams_driver(run):
-    windowing, batches = run
-    beams = _run(trigger.GeneralTriggerDriver(windowing, _Clock()), windowing, batches)
-    driver = MergingTriggerDriver(windowing, _Clock())
-    assert _run(driver, windowing, batches) == beams
-    assert _run(MergingTriggerDriver(windowing, _Clock()), windowing, batches, task_windows=True) == beams
-    assert len(driver._views) <= 8
+    _equals_beams(MergingTriggerDriver, *run)
 
 
 def test_a_late_element_merging_into_a_fired_session_equals_beams_driver():
