@@ -205,6 +205,13 @@ def test_a_row_without_the_field_fails_naming_the_step():
         _run_chain(dofn, fn, [beam.Row(k=1, x=1.0), beam.Row(k=2, z=1.0)], core.Windowing(window.GlobalWindows()))
 
 
+def test_a_failing_callable_names_the_step():
+    dofn, fn = _map_and_combine(beam.GroupBy(lambda r: 1 // r.k).aggregate_field("x", sum, "s"))
+    assert aggregated_fields(_direct._map_fn(dofn)) is not None
+    with pytest.raises(_direct.StepFailed, match=r"(?s)ZeroDivisionError.*\[while running 'G/Map'\]"):
+        _run_chain(dofn, fn, [beam.Row(k=1, x=1.0), beam.Row(k=0, x=1.0)], core.Windowing(window.GlobalWindows()))
+
+
 def _rows(p):
     return (p | beam.Create([(i % 7, i % 3, float(i) / 4, i) for i in range(500)])
             | beam.Map(lambda t: beam.Row(k=t[0], j=t[1], x=t[2], n=t[3])))
