@@ -51,20 +51,14 @@ def _pieces(batch: Same | list, offset: int, partitions: int) -> Iterator[tuple[
 
 
 def _joined(pieces: list[Same | list]) -> Same | list:
-    """One batch of ``pieces``: a :class:`Same` where all share their windowing."""
+    """One batch of ``pieces``: a :class:`Same` where all share their windowing (``as_batch``)."""
     first = pieces[0]
     if len(pieces) == 1:
         return first
-    if type(first) is Same:
-        template = first.template
-        if all(type(p) is Same and (p.template is template or _same_windowing(p.template, template))
-               for p in pieces):
-            return Same(template, [v for p in pieces for v in p.values])
+    # Pieces of one input batch share its template object: joined without a WindowedValue each.
+    if type(first) is Same and all(type(p) is Same and p.template is first.template for p in pieces):
+        return Same(first.template, [v for p in pieces for v in p.values])
     return as_batch([wv for p in pieces for wv in windowed(p)])
-
-
-def _same_windowing(a: Any, b: Any) -> bool:
-    return a.timestamp_micros == b.timestamp_micros and a.windows == b.windows and a.pane_info == b.pane_info
 
 
 def _unknown_pane_at_min(batch: Same | list) -> Same | list:
