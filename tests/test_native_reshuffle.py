@@ -1,5 +1,6 @@
-"""Beam's Reshuffle on SparkRunner in batch: one native step dealing the elements over the tasks,
-each element as Beam's expansion gives it back."""
+"""Beam's Reshuffle on SparkRunner, each element as Beam's expansion gives it back: in batch,
+one native step dealing the elements over the tasks; in streaming, Beam's
+expansion with its grouping passing each key's values through."""
 from __future__ import annotations
 
 import apache_beam as beam
@@ -14,7 +15,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pipeline_outputs import spark_equals_direct
+from pipeline_outputs import keyed_test_stream, spark_equals_direct, streaming_equals_direct
 
 from beam_ext.runner import SparkRunner
 from beam_ext.runner._element_batches import BATCH, Columns, Marker, Same, windowed
@@ -79,6 +80,46 @@ def test_a_reshuffle_gives_each_element_as_beams_expansion_does(spark, tmp_path,
     build(p)
     assert [s.native.urn for s in plan_pipeline(p.to_runner_api(), 1 << 20, 2).stages
             if s.native is not None and s.label == "Reshuffle"] == [RESHUFFLE_URN]
+
+
+@pytest.mark.parametrize("windowing", ["global", "fixed", "sliding", "early_panes"])
+def test_a_reshuffle_in_streaming_gives_each_element_and_later_panes_as_the_direct_runner(
+        spark, tmp_path, windowing):
+    """In streaming the grouping inside Beam's Reshuffle hands each key's
+    values of a micro-batch on without Beam's trigger driver: each element
+    still leaves with its timestamp, windows and pane, and a grouping after
+    the Reshuffle fires the panes it fires on the DirectRunner, late values
+    dropped alike (4 at 5 s, behind the watermark at 10 s)."""
+    events = [("elements", [("a", 1, 1), ("b", 2, 2), ("a", 3, 12)]), ("watermark", 10),
+              ("elements", [("a", 4, 5), ("b", 5, 25), ("b", 6, 14)]), ("watermark", 30),
+              ("elements", [("a", 7, 31), ("a", 8, 33)])]
+
+    def build(p):
+        values = p | keyed_test_stream(events)
+        if windowing == "fixed":
+            values = values | beam.WindowInto(window.FixedWindows(10))
+        elif windowing == "sliding":
+            values = values | beam.WindowInto(window.SlidingWindows(20, 10))
+        elif windowing == "early_panes":
+            values = (values | beam.WindowInto(window.FixedWindows(30), trigger=trigger.AfterWatermark(
+                early=trigger.AfterCount(1)), accumulation_mode=trigger.AccumulationMode.DISCARDING,
+                # Whole seconds: Beam's coder of the windowed values inside the
+                # Reshuffle keeps milliseconds, a window's end has microseconds.
+                timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST)
+                | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, sum(vs))))
+        reshuffled = values | beam.Reshuffle()
+        grouped = (reshuffled | "Tens" >> beam.WindowInto(window.FixedWindows(10)) | "Again" >> beam.GroupByKey()
+                   | beam.MapTuple(lambda k, vs: ("grouped", k, sorted(vs))))
+        return ([pcoll | f"Described{i}" >> beam.ParDo(_described)
+                 | f"Global{i}" >> beam.WindowInto(window.GlobalWindows())
+                 for i, pcoll in enumerate((reshuffled, grouped))] | beam.Flatten())
+
+    got = streaming_equals_direct(build, tmp_path)
+    assert len(got) > {"global": 11, "fixed": 11, "sliding": 19, "early_panes": 6}[windowing]
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    build(p)
+    assert [g.passes_through for g in plan_pipeline(p.to_runner_api(), 1 << 20, 2, streaming=True).groups.values()
+            if g.step.startswith("Reshuffle")] == [True]
 
 
 def test_an_element_in_several_windows_is_processed_once_per_window_after_it(spark):

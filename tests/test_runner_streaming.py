@@ -547,7 +547,7 @@ def test_a_reshuffle_keeps_no_state_per_random_key(spark, tmp_path):
     p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
     build(p)
     plan = plan_pipeline(p.to_runner_api(), 1 << 20, 2, streaming=True)
-    assert sorted((g.step.split("/")[0], g.forgets_panes) for g in plan.groups.values()) == [
+    assert sorted((g.step.split("/")[0], g.passes_through) for g in plan.groups.values()) == [
         ("GroupByKey", False), ("Reshuffle", True)]
 
     checkpoint, path = tmp_path / "checkpoint", str(tmp_path / "out.jsonl")

@@ -226,3 +226,38 @@ def test_late_elements_within_lateness_fire_late_panes_and_past_it_are_dropped()
     panes = [p for ps, _ in _run(NonMergingTriggerDriver(windowing, _Clock()), windowing, batches) for p in ps]
     assert [(sorted(value), pane.timing) for value, _, _, pane in panes] == [
         ([1, 2], PaneInfoTiming.ON_TIME), ([3], PaneInfoTiming.LATE)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-5, 50)), max_size=40))
+def test_a_reshuffles_values_pass_through_as_the_pane_beams_driver_fires(elements):
+    """A Reshuffle's grouping in streaming (``GroupSpec.passes_through``) hands
+    each key's values of a batch on as the pane Beam's driver fires for a key
+    it has not seen, under the Reshuffle's windowing; the key keeps no state."""
+    from types import SimpleNamespace
+
+    from apache_beam import coders
+
+    from beam_ext.runner._shuffle import Buckets, ShuffleWriter
+    from beam_ext.runner.worker._streaming_group import _passed_through
+
+    windowing = Windowing(window.GlobalWindows(), triggerfn=trigger.Always(),
+                          accumulation_mode=trigger.AccumulationMode.DISCARDING,
+                          timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST)
+    pre = coders.WindowedValueCoder(coders.TupleCoder([coders.VarIntCoder(), coders.VarIntCoder()]),
+                                    coders.coders.GlobalWindowCoder())
+    values = [WindowedValue((key, i), Timestamp(ts), (window.GlobalWindow(),))
+              for i, (key, ts) in enumerate(elements)]
+    buckets = Buckets(1, blob_bytes=64)
+    pairs = ShuffleWriter(pre, False).split(b"".join(pre.get_impl().encode_nested(wv) for wv in values))
+    blobs = [blob for _, blob in [*buckets.add(pairs), *buckets.flush()]]
+    got = [(key, [_pane(p) for p in panes])
+           for key, panes in _passed_through(SimpleNamespace(pre_coder=pre, step="Reshuffle"), blobs)]
+
+    beams = []
+    for key in dict.fromkeys(key for key, _ in elements):
+        driver = trigger.GeneralTriggerDriver(windowing, _Clock())
+        mine = [wv.with_value(wv.value[1]) for wv in values if wv.value[0] == key]
+        beams.append((key, [_pane(p) for p in driver.process_elements(
+            trigger.InMemoryUnmergedState(), mine, MIN_TIMESTAMP, MIN_TIMESTAMP)]))
+    assert got == beams

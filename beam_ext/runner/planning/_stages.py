@@ -17,7 +17,8 @@ from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import translations
 from apache_beam.runners.portability.fn_api_runner.translations import Stage, TransformContext, split_buffer_id
 from apache_beam.runners.worker import bundle_processor
-from apache_beam.transforms.window import TimestampCombiner
+from apache_beam.transforms.trigger import AccumulationMode, Always
+from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
 from apache_beam.utils import proto_utils
 
 from beam_ext.runner._row_columns import RowColumns
@@ -40,17 +41,27 @@ class GroupSpec:
     step: str = ""  # the GroupByKey's name, for metrics
     memory_bytes: int = 256 << 20  # a task's budget before it spills sorted runs
     rows: RowColumns | None = None  # a trivial grouping's schema rows, shuffled as blocks of columns
-    # A Reshuffle's grouping, in streaming: its panes are read by nobody (the
-    # Reshuffle gives each element its own pane info back), so a key whose
-    # state is only its pane count is not kept. Under Beam's random keys
-    # that count would be one entry per element, kept as long as the
-    # global window lasts.
-    forgets_panes: bool = False
+    # A Reshuffle's grouping, in streaming: its panes are read by nobody but
+    # the Reshuffle's own last step, which gives each element its timestamp,
+    # windows and pane back. So each key's values of a batch pass through as
+    # the one pane Beam's driver would fire under the Reshuffle's Always()
+    # trigger, and no state is kept: under Beam's random keys the driver's
+    # state would be one entry per element, kept as long as the global
+    # window lasts (worker/_streaming_group.py).
+    passes_through: bool = False
     # Streaming, windows that do not merge, end-of-window output timestamps:
     # the trigger driver reads of an element only its value and windows, so
     # stages on objects ship values gathered per key and windows
     # (_shuffle.WindowedKeyedValues).
     by_window: bool = False
+
+
+def _fires_every_element(windowing: Any) -> bool:
+    """Whether ``windowing`` is the one Beam's Reshuffle groups under: the
+    global window, ``Always()``, discarding, earliest output timestamps."""
+    return (isinstance(windowing.windowfn, GlobalWindows) and isinstance(windowing.triggerfn, Always)
+            and windowing.accumulation_mode == AccumulationMode.DISCARDING
+            and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EARLIEST)
 
 
 @dataclasses.dataclass
@@ -197,7 +208,8 @@ class StagePlanner:
                 post_coder=self._channel_coder(out_pcoll, safe=trivial),
                 windowing=windowing, trivial=trivial, step=gbk.unique_name,
                 memory_bytes=self.group_memory, rows=rows,
-                forgets_panes=self.streaming and gbk_id in self._reshuffle_groups(),
+                passes_through=self.streaming and gbk_id in self._reshuffle_groups()
+                and _fires_every_element(windowing),
                 by_window=self.streaming and self.gather_by_window and not windowing.windowfn.is_merging()
                 and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW)
         return self._groups[buffer_id]

@@ -22,7 +22,8 @@ from apache_beam.metrics import monitoring_infos
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.transforms import trigger
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.window import IntervalWindow
+from apache_beam.transforms.window import GlobalWindow, IntervalWindow
+from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Timestamp
 
 from beam_ext.runner._element_batches import BATCH, BUNDLE_END
@@ -118,17 +119,33 @@ class _WindowSets:
         return found
 
 
-_PANE_COUNTS = frozenset({trigger.GeneralTriggerDriver.INDEX.tag,
-                          trigger.GeneralTriggerDriver.NONSPECULATIVE_INDEX.tag})
+# The pane Beam's driver fires for a key's first values under Always(),
+# discarding: a key passing through keeps no state, so every pane is its first.
+_FIRST_PANE = windowed_value.PaneInfo(True, False, windowed_value.PaneInfoTiming.EARLY, 0, -1)
 
 
-def _only_pane_counts(state: trigger.InMemoryUnmergedState) -> bool:
-    """Whether a key keeps nothing but how many panes its windows fired (no elements, holds or timers).
+def _passed_through(group: Any, blobs: Iterable[bytes]) -> Iterator[tuple[Any, list]]:
+    """A Reshuffle's grouping (``GroupSpec.passes_through``): each key's values
+    of the batch, in order, as the one pane Beam's driver fires for them, at
+    their earliest timestamp in the global window."""
+    pre_impl = group.pre_coder.get_impl()
+    key_impl = group.pre_coder.wrapped_value_coder.key_coder().get_impl()
+    by_key: dict[bytes, tuple[list, list]] = {}
+    for encoded_key, encoded_windows, _count, data in windowed_records(blobs):
+        if encoded_windows is not None:
+            raise ValueError(f"{group.step}: values gathered by window where single pairs were expected")
+        wv = pre_impl.decode_nested(data)
+        found = by_key.get(encoded_key)
+        if found is None:
+            found = by_key[encoded_key] = ([], [])
+        found[0].append(wv.timestamp)
+        found[1].append(wv.value[1])
+    for encoded_key, (timestamps, values) in by_key.items():
+        yield key_impl.decode_nested(encoded_key), [
+            windowed_value.WindowedValue(values, min(timestamps), _GLOBAL_WINDOWS, _FIRST_PANE)]
 
-    A tag Beam's driver read but never wrote holds an empty list (its state is
-    a ``defaultdict``): a pane fired without a hold reads the hold's tag."""
-    return not any(state.timers.values()) and all(
-        {tag for tag, values in tags.items() if values} <= _PANE_COUNTS for tags in state.state.values())
+
+_GLOBAL_WINDOWS = (GlobalWindow(),)
 
 
 def run_streaming_group(group: Any, context: BatchContext, previous_output_watermark: Timestamp,
@@ -216,6 +233,10 @@ def _panes_by_key(group: Any, context: BatchContext, previous_output_watermark: 
     """Each key's panes of one shuffled partition of one batch, as ``(key,
     panes)``: the elements', then the timers'. Once exhausted, the partition's
     state is saved as this batch's version and ``summary`` is complete."""
+    if group.passes_through:
+        yield from _passed_through(group, blobs)
+        versioned.write(context.state_root, context.owner, partition, context.batch, {})
+        return
     saved = versioned.read(context.state_root, context.owner, partition, context.read_version) \
         if context.read_version is not None else None
     windows = _Windows()
@@ -276,8 +297,6 @@ def _panes_by_key(group: Any, context: BatchContext, previous_output_watermark: 
     for encoded_key, state in states.items():
         if not state.state and not state.timers and not state.global_state:
             continue  # the key's windows are all done: nothing to keep
-        if group.forgets_panes and _only_pane_counts(state):
-            continue
         kept[encoded_key] = _freeze(state)
         summary.hold = min(summary.hold, state.get_earliest_hold())
         # Each window's hold, as get_earliest_hold computes the earliest one.
