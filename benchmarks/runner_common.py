@@ -413,6 +413,78 @@ def _write_files(p, n):
 
 
 # name -> (what it is, Beam build over n numbers)
+
+@functools.cache
+def _avro_file(n: int) -> str:
+    """An Avro file of ``n`` records ``key, amount``, written once per process."""
+    import fastavro
+
+    path = os.path.join(tempfile.mkdtemp(prefix="beam_ext_avro_"), "rows.avro")
+    schema = fastavro.parse_schema({"type": "record", "name": "Row", "fields": [
+        {"name": "key", "type": "long"}, {"name": "amount", "type": "long"}]})
+    with open(path, "wb") as f:
+        fastavro.writer(f, schema, ({"key": i % 100, "amount": i} for i in range(n)), sync_interval=1 << 20)
+    return path
+
+
+@functools.cache
+def _gzip_files(n: int) -> str:
+    """``_SHARDS`` gzip-compressed text files of ``n`` numbers in all, written once per process; their glob."""
+    import gzip
+
+    folder = tempfile.mkdtemp(prefix="beam_ext_gzip_")
+    per = n // _SHARDS
+    for shard in range(_SHARDS):
+        with gzip.open(os.path.join(folder, f"part-{shard}.txt.gz"), "wt") as f:
+            f.writelines(f"{i}\n" for i in range(shard * per, (shard + 1) * per))
+    return os.path.join(folder, "part-*.txt.gz")
+
+
+class _RunningTotal(beam.DoFn):
+    """A key's running total in combining state, output at every element (its largest is the key's sum)."""
+
+    TOTAL = userstate.CombiningValueStateSpec("total", combine_fn=sum)
+
+    def process(self, kv, total=beam.DoFn.StateParam(TOTAL)):
+        total.add(kv[1])
+        yield kv[0], total.read()
+
+
+def _every(count: int):
+    from apache_beam.transforms import trigger
+
+    return trigger.Repeatedly(trigger.AfterCount(count))
+
+
+def _early(count: int):
+    from apache_beam.transforms import trigger
+
+    return trigger.AfterWatermark(early=trigger.AfterCount(count))
+
+
+def _pane_sizes(p, n, windowfn, trigger, keys: int = 100):
+    """A GroupByKey of ``keys`` keys under ``trigger``, discarding: every pane's size summed per key and
+    window start, which is each window's count whichever elements each pane got."""
+    from apache_beam.transforms.trigger import AccumulationMode
+
+    def sized(kv, w=beam.DoFn.WindowParam):
+        yield (kv[0], int(w.start)), len(kv[1])
+
+    return (_stamped(p, n, 3600, lambda x: (x % keys, x))
+            | beam.WindowInto(windowfn, trigger=trigger, accumulation_mode=AccumulationMode.DISCARDING)
+            | beam.GroupByKey() | beam.ParDo(sized) | "Global" >> beam.WindowInto(window.GlobalWindows())
+            | beam.CombinePerKey(sum))
+
+
+def _combine_with_side(p, n):
+    """CombinePerKey of a function taking an AsSingleton side input (a floor under each key's largest), 100 keys.
+    The function must give the same result applied again to its own partial results, as Beam may do."""
+    floor = p | "Floor" >> beam.Create([1_000])
+    return (_numbers(p, n) | beam.Map(lambda x: (x % 100, x % 7_919))
+            | beam.CombinePerKey(lambda values, at_least: max([at_least, *values]),
+                                 at_least=beam.pvalue.AsSingleton(floor)))
+
+
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
         {"a": _numbers(p, n) | "KeyA" >> beam.Map(lambda x: (x % 10_000, x)),
@@ -570,6 +642,35 @@ CASES: dict[str, tuple[str, Callable]] = {
         p, n, beam.pvalue.AsDict, [(k, k % 7) for k in range(100_000)], lambda x, s: s[x % 100_000])),
     "read_all_text": ("ReadAllFromText of 8 files, CombinePerKey(sum), 100 keys", _read_all_text),
     "write_files": ("fileio.WriteToFiles, the files written read back and summed", _write_files),
+    "hot_key_fanout": ("CombinePerKey(sum).with_hot_key_fanout(16), 10 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 10, x)) | beam.CombinePerKey(sum).with_hot_key_fanout(16))),
+    "avro_sums": ("ReadFromAvro of n records, CombinePerKey(sum), 100 keys", lambda p, n: (
+        p | beam.io.ReadFromAvro(_avro_file(n)) | beam.Map(lambda r: (r["key"], r["amount"]))
+        | beam.CombinePerKey(sum))),
+    "gzip_text": ("ReadFromText of 8 gzip files, CombinePerKey(sum), 100 keys", lambda p, n: (
+        p | beam.io.ReadFromText(_gzip_files(n)) | beam.Map(lambda line: (int(line) % 100, int(line)))
+        | beam.CombinePerKey(sum))),
+    "count_trigger": ("GroupByKey in the global window firing every 1,000 (discarding), 100 keys, panes' sizes",
+                      lambda p, n: _pane_sizes(p, n, window.GlobalWindows(), _every(1000))),
+    "sessions_early": ("GroupByKey in 5-second sessions firing early every 100, 1,000 keys, panes' sizes",
+                       lambda p, n: _pane_sizes(p, n, window.Sessions(5), _early(100), keys=1000)),
+    "window_count": ("Count.Globally in 1-minute windows (without defaults)", lambda p, n: (
+        _stamped(p, n, 3600) | beam.WindowInto(window.FixedWindows(60))
+        | beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
+        | beam.Map(lambda c, w=beam.DoFn.WindowParam: (int(w.start), c)))),
+    "dict_values": ("GroupByKey of dict values, 1,000 keys, the groups' sizes and sums", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, {"id": x, "name": f"n{x}"})) | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (k, len(vs), sum(v["id"] for v in vs))))),
+    "combining_state": ("stateful DoFn with combining state (a running total per key), 1,000 keys, the largest",
+                        lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.ParDo(_RunningTotal())
+        | beam.CombinePerKey(max))),
+    "sharded_batches": ("GroupIntoBatches.WithShardedKey(100), 10 keys, the batches' sizes per key", lambda p, n: (
+        # Typed keys: a ShardedKey of an untyped key has no deterministic coder in Beam (FnApiRunner fails too).
+        _numbers(p, n) | beam.Map(lambda x: (x % 10, x)).with_output_types(tuple[int, int])
+        | beam.GroupIntoBatches.WithShardedKey(100)
+        | beam.MapTuple(lambda k, vs: (k.key, len(vs))) | beam.CombinePerKey(sum))),
+    "combine_side": ("CombinePerKey of a function with an AsSingleton side input (max with a floor), 100 keys", _combine_with_side),
 }
 
 
