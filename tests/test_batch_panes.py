@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from pipeline_outputs import spark_equals_direct
 
 from beam_ext.runner._batch_panes import MergedOnTimePanes, OnTimePanes, pane_driver
+from beam_ext.runner.worker._trigger_driver import MergingTriggerDriver
 
 
 class _Sessions(window.Sessions):
@@ -61,11 +62,15 @@ def test_panes_equal_beams_general_driver(windows, combiner, events):
     Windowing(window.GlobalWindows()),                                    # Beam's pass-through
     Windowing(window.GlobalWindows(), triggerfn=trigger.AfterCount(1),  # Beam's pass-through too
               accumulation_mode=trigger.AccumulationMode.DISCARDING),
-    Windowing(window.Sessions(10), triggerfn=trigger.AfterCount(2),     # merging, another trigger
-              accumulation_mode=trigger.AccumulationMode.DISCARDING),
-], ids=["default", "global_after_count_1", "sessions_after_count"])
+], ids=["default", "global_after_count_1"])
 def test_other_windowings_keep_beams_driver(windowing):
     assert type(pane_driver(windowing)) is type(trigger.create_trigger_driver(windowing, True))
+
+
+def test_merging_windows_under_another_trigger_get_the_streaming_groupings_driver():
+    windowing = Windowing(window.Sessions(10), triggerfn=trigger.AfterCount(2),
+                          accumulation_mode=trigger.AccumulationMode.DISCARDING)
+    assert type(pane_driver(windowing)) is MergingTriggerDriver
 
 
 # Triggers whose state is nested or counted per element (no processing
@@ -83,7 +88,7 @@ _TRIGGERS = [
 
 
 @settings(max_examples=300, deadline=None)
-@given(windows=st.sampled_from(["fixed", "fixed_offset", "sliding", "global"]), combiner=st.sampled_from(COMBINERS),
+@given(windows=st.sampled_from(sorted(WINDOW_FNS)), combiner=st.sampled_from(COMBINERS),
        make_trigger=st.sampled_from(_TRIGGERS), count=st.integers(1, 4), lateness=st.sampled_from([0, 5]),
        mode=st.sampled_from([trigger.AccumulationMode.DISCARDING, trigger.AccumulationMode.ACCUMULATING]),
        events=st.lists(st.tuples(st.integers(-20, 40), st.integers(-10_000_000, 60_000_000)), max_size=30))
@@ -107,17 +112,19 @@ def _pane(wv) -> tuple:
     return wv.value, wv.timestamp, wv.windows, wv.pane_info
 
 
-def test_an_early_counting_trigger_equals_direct_runner(spark, tmp_path):
+@pytest.mark.parametrize("windowfn", [window.FixedWindows(60), window.Sessions(2)], ids=["fixed", "sessions"])
+def test_an_early_counting_trigger_equals_direct_runner(spark, tmp_path, windowfn):
     def build(p):
         return (p | beam.Create([(k, i) for i in range(500) for k in "ab"])
-                | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] * 13 % 300))
-                | beam.WindowInto(window.FixedWindows(60), trigger=trigger.AfterWatermark(
+                | beam.Map(lambda kv: window.TimestampedValue(kv, kv[1] * 13 % 300 // 60 * 60))
+                | beam.WindowInto(windowfn, trigger=trigger.AfterWatermark(
                     early=trigger.AfterCount(20)), accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
                 | beam.GroupByKey()
                 | beam.Map(lambda kv, w=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam:
                            (kv[0], len(kv[1]), repr(w), pane.timing, pane.index)))
     out = spark_equals_direct(build, tmp_path)
-    assert len(out) == 2 * 5 * 2  # per key and 1-minute window: an early pane and the on-time one
+    # Per key and minute (five timestamps, 100 elements each): an early pane and the on-time one.
+    assert len(out) == 2 * 5 * 2
 
 
 def test_a_windowed_aggregation_equals_direct_runner(spark, tmp_path):

@@ -192,14 +192,15 @@ def pane_driver(windowing: Any) -> Any:
     """The batch driver for ``windowing``: :class:`OnTimePanes` or
     :class:`MergedOnTimePanes` where they give Beam's panes (the default
     trigger), else Beam's own (``create_trigger_driver(windowing, True)``),
-    as the streaming grouping runs it where windows do not merge."""
-    from beam_ext.runner.worker._trigger_driver import NonMergingTriggerDriver
+    as the streaming grouping runs it (``trigger_driver``) where that is
+    Beam's general driver."""
+    from beam_ext.runner.worker._trigger_driver import trigger_driver
 
     if not windowing.is_default() and windowing.triggerfn == trigger.DefaultTrigger():
         return MergedOnTimePanes(windowing) if windowing.windowfn.is_merging() else OnTimePanes(windowing)
     driver = trigger.create_trigger_driver(windowing, True)
-    if type(driver) is trigger.GeneralTriggerDriver and not windowing.windowfn.is_merging():
+    if type(driver) is trigger.GeneralTriggerDriver:
         # The same driver with its per-element state work done once per
         # window: Beam's makes a class at each count an AfterCount keeps.
-        return NonMergingTriggerDriver(windowing, None)
+        return trigger_driver(windowing, None)
     return driver

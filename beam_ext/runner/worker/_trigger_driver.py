@@ -48,6 +48,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 from apache_beam.transforms import timeutil, trigger
+from apache_beam.transforms import window as window_fns
 from apache_beam.transforms.timeutil import TimeDomain
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 
@@ -242,6 +243,11 @@ class _MergingStateAdapter(_StateAdapter):
         super().__init__(raw_state, views)
         self._by_ids = by_ids
 
+    def merge(self, to_be_merged: Iterable[Any], merge_result: Any) -> None:
+        super().merge(to_be_merged, merge_result)
+        # The merged-away windows' ids moved to the result: none may be found by its object any more.
+        self._by_object.clear()
+
     def get_window(self, window_id: Any) -> Any:
         ids = self.window_ids
         found = self._by_ids.get(id(ids))
@@ -264,6 +270,70 @@ class MergingTriggerDriver(trigger.GeneralTriggerDriver):
         super().__init__(windowing, clock)
         self._views: dict[tuple[str, int], tuple[Any, Any]] = {}
         self._by_ids: dict[int, tuple[dict, dict]] = {}
+
+    def process_elements(self, state: Any, windowed_values: Iterable[Any], output_watermark: Timestamp,
+                         input_watermark: Timestamp = MIN_TIMESTAMP) -> Iterator[Any]:
+        """Beam's ``process_elements``, in the adapter of this module, each
+        window's expiry computed once and its values appended at once."""
+        state = _MergingStateAdapter(state, self._views, self._by_ids)
+        lateness = self.allowed_lateness
+        live: dict[Any, bool] = {}
+        windows_to_elements: dict[Any, list] = {}
+        for wv in windowed_values:
+            for window in wv.windows:
+                alive = live.get(window)
+                if alive is None:
+                    alive = live[window] = not input_watermark > window.end + lateness
+                if alive:
+                    windows_to_elements.setdefault(window, []).append(wv)
+
+        old_windows = set(state.known_windows())
+        all_windows = old_windows.union(windows_to_elements)
+        if all_windows != old_windows:
+            merged_away: dict[Any, Any] = {}
+            driver = self
+
+            class TriggerMergeContext(window_fns.WindowFn.MergeContext):
+                def merge(self, to_be_merged: Any, merge_result: Any) -> None:
+                    for window in to_be_merged:
+                        if window != merge_result:
+                            merged_away[window] = merge_result
+                            # Pane indexes are not kept across merges.
+                            state.clear_state(window, driver.INDEX)
+                            state.clear_state(window, driver.NONSPECULATIVE_INDEX)
+                    state.merge(to_be_merged, merge_result)
+                    driver.trigger_fn.on_merge(to_be_merged, merge_result, state.at(merge_result, driver.clock))
+
+            self.window_fn.merge(TriggerMergeContext(all_windows))
+            merged: dict[Any, list] = {}
+            for window, elements in windows_to_elements.items():
+                while window in merged_away:
+                    window = merged_away[window]
+                merged.setdefault(window, []).extend(elements)
+            windows_to_elements = merged
+            for window in merged_away:
+                state.clear_state(window, self.WATERMARK_HOLD)
+
+        combiner = self.timestamp_combiner_impl
+        # As in NonMergingTriggerDriver: the end-of-window hold reads no timestamps.
+        by_time = not isinstance(combiner, timeutil.DependsOnlyOnWindow)
+        for window, elements in windows_to_elements.items():
+            if state.get_state(window, self.TOMBSTONE):
+                continue
+            output_time = combiner.merge(window, (
+                output for output in (combiner.assign_output_time(window, wv.timestamp) for wv in elements)
+                if output >= output_watermark) if by_time else ())
+            if output_time is not None:
+                state.add_state(window, self.WATERMARK_HOLD, output_time)
+            context = state.at(window, self.clock)
+            values = [wv.value for wv in elements]
+            # No trigger reads the elements' state: they are added before the trigger sees them.
+            state.add_all(window, self.ELEMENTS, values)
+            for value in values:
+                self.trigger_fn.on_element(value, window, context)
+            if self.trigger_fn.should_fire(TimeDomain.WATERMARK, input_watermark, window, context):
+                finished = self.trigger_fn.on_fire(input_watermark, window, context)
+                yield self._output(window, finished, state, output_watermark, False)
 
     def process_timer(self, window_id: Any, name: str, time_domain: Any, timestamp: Timestamp, state: Any,
                       input_watermark: Timestamp | None = None) -> Iterator[Any]:
