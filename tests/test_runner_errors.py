@@ -137,6 +137,32 @@ def test_non_deterministic_key_coder_is_rejected(spark):
                 beam.typehints.Tuple[Unordered, int]) | beam.GroupByKey())
 
 
+def test_sharded_batches_of_untyped_keys_run_as_on_the_direct_runner(spark, tmp_path):
+    """Beam's ShardedKeyCoder has no deterministic form of its own: Beam's
+    FnApiRunner refuses this pipeline, the DirectRunner runs it. SparkRunner
+    codes the sharded key with its key's deterministic coder."""
+    from pipeline_outputs import run_and_collect
+
+    def build(p):
+        return (p | beam.Create(range(4)) | beam.FlatMap(lambda s: [(s % 2, f"v{i}") for i in range(s * 10)])
+                | beam.GroupIntoBatches.WithShardedKey(7) | beam.MapTuple(lambda k, vs: (k.key, len(vs)))
+                | beam.CombinePerKey(sum))
+
+    direct = run_and_collect(beam.runners.DirectRunner(), build, str(tmp_path / "direct"))
+    assert run_and_collect(SparkRunner(), build, str(tmp_path / "spark")) == direct == [[0, 20], [1, 40]]
+
+
+class _Opaque:
+    """A key class Beam can pickle but not encode deterministically."""
+
+
+def test_a_sharded_key_without_a_deterministic_encoding_is_rejected_naming_the_step(spark):
+    with pytest.raises(Exception, match=r"deterministic.*Batches"):
+        with beam.Pipeline(runner=SparkRunner()) as p:
+            _ = (p | beam.Create([1]) | beam.Map(lambda x: (_Opaque(), x)).with_output_types(
+                beam.typehints.Tuple[_Opaque, int]) | "Batches" >> beam.GroupIntoBatches.WithShardedKey(2))
+
+
 def test_a_flatten_of_global_and_fixed_windows_is_refused_naming_it(spark):
     # Beam's Python SDK builds it; its output would read one input's windows
     # with the other's window coder (a global window's element came out as None).

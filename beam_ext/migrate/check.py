@@ -15,10 +15,7 @@ import re
 import textwrap
 import traceback
 
-from apache_beam.options import pipeline_options as po
 from apache_beam.portability import common_urns
-from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
-from apache_beam.transforms import environments
 
 from beam_ext.migrate import rules
 from beam_ext.migrate._capture import Capture, CrossLanguageDiscovery, build
@@ -265,14 +262,13 @@ def _as_sparkrunner_plans(pipeline, options, externals: frozenset[str]):
     leaves no worker implements are refused; then the planner runs.
     """
     from beam_ext.runner import spark_runner
+    from beam_ext.runner._pipeline_proto import pipeline_proto
     from beam_ext.runner.planning import TestStreamAsBoundedSource, plan_pipeline
     from beam_ext.runner.planning._phases import RUNNER_URNS, substitute_natives, unsupported_leaves
 
     if not spark_runner._is_streaming(pipeline, options):
         pipeline.replace_all([TestStreamAsBoundedSource()])
-    pipeline.visit(group_by_key_input_visitor(
-        not options.view_as(po.TypeOptions).allow_non_deterministic_key_coders))
-    proto = pipeline.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    proto = pipeline_proto(pipeline, options)
     streaming = spark_runner._proto_is_streaming(proto, options)
     natives_proto = copy.deepcopy(proto)
     natives = frozenset() if streaming else substitute_natives(natives_proto)

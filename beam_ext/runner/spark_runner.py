@@ -10,7 +10,6 @@ from apache_beam.portability import common_urns, python_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import runner
 from apache_beam.runners.pipeline_utils import (
-    group_by_key_input_visitor,
     merge_common_environments,
     merge_superset_dep_environments,
     validate_pipeline_graph,
@@ -19,6 +18,7 @@ from apache_beam.transforms import core, environments
 
 from beam_ext.runner import _dependencies
 from beam_ext.runner._metrics import SparkMetrics
+from beam_ext.runner._pipeline_proto import pipeline_proto
 from beam_ext.runner._streaming_result import SparkStreamingResult
 from beam_ext.runner.dataflow_options import map_dataflow_options
 from beam_ext.runner.executors import BatchExecutor, StreamingExecutor
@@ -100,11 +100,7 @@ class SparkRunner(runner.PipelineRunner):
         if not _is_streaming(pipeline, options):
             pipeline.replace_all([TestStreamAsBoundedSource()])
             swap_native_io(pipeline)
-        pipeline.visit(group_by_key_input_visitor(
-            not options.view_as(pipeline_options.TypeOptions).allow_non_deterministic_key_coders))
-        proto = pipeline.to_runner_api(
-            default_environment=environments.EmbeddedPythonEnvironment.default())
-        return self.run_proto(proto, options)
+        return self.run_proto(pipeline_proto(pipeline, options), options)
 
     def run_proto(self, proto, options: pipeline_options.PipelineOptions):
         """Runs a Runner API pipeline proto (the portable entry point)."""
