@@ -571,6 +571,34 @@ def test_a_reshuffle_keeps_no_state_per_random_key(spark, tmp_path):
 
 
 @pytest.mark.parametrize("windowfn", [window.FixedWindows(10), window.Sessions(5)], ids=["fixed", "sessions"])
+def test_a_key_keeps_only_the_windows_elements_can_still_reach(spark, tmp_path, windowfn):
+    """Beam's driver keeps every fired window's pane counts as long as its key
+    lives; a grouping here drops a window once the watermark is past its end
+    by the allowed lateness (and the gap, for sessions): at the end of the
+    stream, nothing. The panes, and the late values dropped, stay the
+    DirectRunner's. (``tests/test_trigger_driver.py`` checks the state stays
+    small while the stream runs.)"""
+    import pickle
+
+    events = []
+    for i in range(12):
+        events += [("elements", [("a", i, 20 * i), ("b", i, 20 * i + 1), ("a", 100 + i, max(0, 20 * i - 30))]),
+                   ("watermark", 20 * i + 15)]
+
+    def build(p):
+        return (p | keyed_test_stream(events) | "Keep" >> beam.Map(lambda kv: kv)
+                | beam.WindowInto(windowfn, allowed_lateness=10) | beam.GroupByKey()
+                | beam.MapTuple(lambda k, vs, w=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam:
+                                [k, sorted(vs), repr(w), repr(pane)]))
+
+    checkpoint = tmp_path / "checkpoint"
+    got = streaming_equals_direct(build, tmp_path, [f"--checkpoint_dir={checkpoint}"])
+    assert len(got) > 20
+    saved = [pickle.loads(f.read_bytes()) for f in checkpoint.glob("**/group*/*/*.bin")]
+    assert saved and all(states == {} for states in saved), saved
+
+
+@pytest.mark.parametrize("windowfn", [window.FixedWindows(10), window.Sessions(5)], ids=["fixed", "sessions"])
 def test_late_values_a_grouping_drops_are_counted(spark, tmp_path, windowfn):
     """Values behind the watermark past their window's allowed lateness are
     dropped, as Beam's DirectRunner drops them, and counted per value and

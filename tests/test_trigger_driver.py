@@ -16,10 +16,10 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import Windowing
 from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from beam_ext.runner.worker._streaming_group import _freeze, _thaw, _Windows
+from beam_ext.runner.worker._streaming_group import _forget_unreachable, _freeze, _reach, _thaw, _Windows
 from beam_ext.runner.worker._trigger_driver import MergingTriggerDriver, NonMergingTriggerDriver, trigger_driver
 
 _WINDOW_FNS = [window.GlobalWindows(), window.FixedWindows(10), window.SlidingWindows(10, 5)]
@@ -77,14 +77,17 @@ def _pane(wv) -> tuple:
     return wv.value, wv.timestamp, wv.windows, wv.pane_info
 
 
-def _run(driver, windowing, batches, task_windows: bool = False, gathered: bool = False) -> list:
+def _run(driver, windowing, batches, task_windows: bool = False, gathered: bool = False,
+         forget: bool = False) -> list:
     """Each batch's panes and the state after it, as ``run_streaming_group`` drives a key.
 
     With ``task_windows``, as the group task does it: the state is saved and
     read back between batches, and each batch's windows, the read state's
     included, are one object per window (``_Windows``). With ``gathered``
     too, the elements come as the task reads them from a shuffle gathered
-    by windows: ``(windows, values)`` records, no timestamps."""
+    by windows: ``(windows, values)`` records, no timestamps. With
+    ``forget``, after each batch the windows no element can reach are
+    dropped, as the group task drops them (``_forget_unreachable``)."""
     state = trigger.InMemoryUnmergedState()
     output_watermark = input_watermark = MIN_TIMESTAMP
     seen = []
@@ -115,6 +118,8 @@ def _run(driver, windowing, batches, task_windows: bool = False, gathered: bool 
                 panes += [_pane(p) for p in driver.process_timer(
                     fired_window, name, domain, timestamp, state, input_watermark)]
         output_watermark = input_watermark
+        if forget:
+            _forget_unreachable(state, input_watermark, _reach(windowing))
         seen.append((panes, _snapshot(state)))
     return seen
 
@@ -166,6 +171,34 @@ def session_runs(draw):
 @given(session_runs())
 def test_our_merging_driver_equals_beams_driver(run):
     _equals_beams(MergingTriggerDriver, *run)
+
+
+def _pending(snapshot: tuple) -> list:
+    """A state snapshot's pending timers, whatever the ids of their windows."""
+    return sorted(repr(item) for timers in snapshot[0].values() for item in timers.items())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(runs(), session_runs()))
+# A session past its lateness that a later element's session still merges with.
+@example((Windowing(window.Sessions(3), accumulation_mode=trigger.AccumulationMode.ACCUMULATING),
+          [([(1, 10)], 14), ([(2, 12)], 30)]))
+def test_windows_no_element_can_reach_are_dropped_and_the_panes_stay_beams(run):
+    """The group task drops a key's windows that ended more than the allowed
+    lateness (and the gap, for sessions) before the watermark, without timers
+    or holds: Beam's driver, which keeps them, fires the same panes and keeps
+    the same timers."""
+    windowing, batches = run
+    beams = _run(trigger.GeneralTriggerDriver(windowing, _Clock()), windowing, batches)
+    driver = trigger_driver(windowing, _Clock())
+    ours = _run(driver, windowing, batches, task_windows=True, forget=True)
+    assert [panes for panes, _ in ours] == [panes for panes, _ in beams]
+    assert [_pending(state) for _, state in ours] == [_pending(state) for _, state in beams]
+    reach = _reach(windowing)
+    for (_, (timers, tagged, global_state)), (_, after) in zip(ours, batches):
+        for w, ids in global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag, {}).items():
+            kept_for = any(i in timers or tagged.get(i, {}).get("watermark") for i in ids)
+            assert kept_for or not Timestamp(after) > w.end + reach, (w, after)
 
 
 def test_a_late_element_merging_into_a_fired_session_equals_beams_driver():

@@ -22,9 +22,9 @@ from apache_beam.metrics import monitoring_infos
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.transforms import trigger
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.window import GlobalWindow, IntervalWindow
+from apache_beam.transforms.window import GlobalWindow, IntervalWindow, Sessions
 from apache_beam.utils import windowed_value
-from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Timestamp
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Duration, Timestamp
 
 from beam_ext.runner._element_batches import BATCH, BUNDLE_END
 from beam_ext.runner._metrics import RUNNER_NAMESPACE
@@ -117,6 +117,49 @@ class _WindowSets:
             found = self._decoded[encoded] = self._windows.of(
                 tuple(decode(stream, True) for _ in range(stream.read_var_int64())))
         return found
+
+
+def _reach(windowing: Any) -> Duration | None:
+    """How long after its end a window of ``windowing`` can still take an
+    element, or merge with one's window: the allowed lateness, and for
+    sessions the gap too; None for other windows that merge."""
+    windowfn = windowing.windowfn
+    if not windowfn.is_merging():
+        return windowing.allowed_lateness
+    if isinstance(windowfn, Sessions):
+        return windowing.allowed_lateness + windowfn.gap_size
+    return None
+
+
+def _forget_unreachable(state: trigger.InMemoryUnmergedState, watermark: Timestamp, reach: Duration) -> None:
+    """Drops a key's windows no element can reach any more: ended more than
+    ``reach`` before ``watermark``, no timer pending, no hold.
+
+    Beam's Python driver keeps a fired window's pane counts and id as long as
+    the key lives (its garbage collection is a to-do), so a key's state
+    would grow by a window per window fired, saved again at every batch. The
+    next batches' elements run under ``watermark`` or later: the driver drops
+    an element whose window ended more than the allowed lateness before it
+    without reading any state, and a session that could merge with a dropped
+    one would start no later than that one's end, within the gap, so it is
+    dropped as well. The panes are Beam's.
+    """
+    ids = state.global_state.get(_WINDOW_IDS)
+    if not ids:
+        return
+    for window_id in [i for i, timers in state.timers.items() if not timers]:
+        del state.timers[window_id]  # fired and cleared: the defaultdict keeps the empty table
+    pending = set(state.timers)
+    for window in [w for w in ids if watermark > w.end + reach]:
+        window_ids = ids[window]
+        if any(i in pending or state.state.get(i, {}).get("watermark") for i in window_ids):
+            continue
+        for window_id in window_ids:
+            state.state.pop(window_id, None)
+            state.timers.pop(window_id, None)
+        del ids[window]
+    if not ids:
+        del state.global_state[_WINDOW_IDS]
 
 
 # The pane Beam's driver fires for a key's first values under Always(),
@@ -294,7 +337,10 @@ def _panes_by_key(group: Any, context: BatchContext, previous_output_watermark: 
             monitoring_infos.int64_user_counter(RUNNER_NAMESPACE, "dropped_due_to_lateness", dropped,
                                                 ptransform=group.step)]).SerializeToString())
     kept = {}
+    reach = _reach(group.windowing)
     for encoded_key, state in states.items():
+        if reach is not None:
+            _forget_unreachable(state, context.watermark, reach)
         if not state.state and not state.timers and not state.global_state:
             continue  # the key's windows are all done: nothing to keep
         kept[encoded_key] = _freeze(state)
