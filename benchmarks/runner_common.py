@@ -703,16 +703,29 @@ def run(names: list[str], n: int, runs: int, streaming: bool = False) -> list[di
             _run(SparkRunner(), build, n, os.path.join(tmp, f"{name}_warm"), streaming)
             times: dict[str, list[float]] = {"spark": [], "direct": []}
             outputs: dict[str, list[str]] = {}
+            direct_error = None
             for i in range(runs):
                 for engine, runner in (("spark", SparkRunner()), ("direct", beam.runners.DirectRunner())):
-                    seconds, outputs[engine] = _run(runner, build, n, os.path.join(tmp, f"{name}_{engine}_{i}"),
-                                                    streaming)
+                    if engine == "direct" and direct_error:
+                        continue
+                    try:
+                        seconds, outputs[engine] = _run(runner, build, n, os.path.join(tmp, f"{name}_{engine}_{i}"),
+                                                        streaming)
+                    except Exception as error:  # noqa: BLE001 - reported in the table: the anchor cannot run it
+                        if engine == "spark":
+                            raise
+                        direct_error = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
+                        continue
                     times[engine].append(seconds)
             row = dict(name=name, label=label, spark=statistics.median(times["spark"]),
-                       direct=statistics.median(times["direct"]), same=outputs["spark"] == outputs["direct"])
+                       direct=statistics.median(times["direct"]) if times["direct"] else None,
+                       same=outputs["spark"] == outputs.get("direct"), direct_error=direct_error)
             rows.append(row)
-            print(f"{name:20s} SparkRunner {row['spark']:6.2f} s  DirectRunner {row['direct']:6.2f} s  "
-                  f"{row['direct'] / row['spark']:5.2f}x  same output: {row['same']}", flush=True)
+            if direct_error:
+                print(f"{name:20s} SparkRunner {row['spark']:6.2f} s  DirectRunner failed: {direct_error}", flush=True)
+            else:
+                print(f"{name:20s} SparkRunner {row['spark']:6.2f} s  DirectRunner {row['direct']:6.2f} s  "
+                      f"{row['direct'] / row['spark']:5.2f}x  same output: {row['same']}", flush=True)
     finally:
         spark.stop()
     return rows
@@ -724,6 +737,8 @@ def write_report(rows: list[dict], out_dir: str, n: int, runs: int, command: str
     import matplotlib.pyplot as plt
 
     os.makedirs(out_dir, exist_ok=True)
+    failed = [row for row in rows if row.get("direct_error")]
+    rows = [row for row in rows if not row.get("direct_error")]
     fig, ax = plt.subplots(figsize=(7, 0.32 * len(rows) + 1.2))
     ratios = [row["direct"] / row["spark"] for row in rows]
     ax.barh([row["name"] for row in rows], ratios,
@@ -753,6 +768,9 @@ def write_report(rows: list[dict], out_dir: str, n: int, runs: int, command: str
     for row, ratio in zip(rows, ratios):
         lines.append(f"| `{row['name']}` | {row['label']} | {row['spark']:.2f} s | {row['direct']:.2f} s | "
                      f"{ratio:.2f}x | {'yes' if row['same'] else '**no**'} |")
+    for row in failed:
+        lines.append(f"| `{row['name']}` | {row['label']} | {row['spark']:.2f} s | fails: {row['direct_error']} "
+                     "| — | — |")
     short = [row["name"] for row, ratio in zip(rows, ratios) if ratio < TARGET_VS_DIRECT]
     lines += ["", f"Below {TARGET_VS_DIRECT:.0f}x DirectRunner: {', '.join(short) or 'none'}.", "",
               f"![common pipelines]({name}.png)", ""]
