@@ -36,12 +36,14 @@ Beam's own code. ``tests/test_trigger_driver.py`` compares the two drivers'
 panes and states on random inputs and triggers.
 
 :class:`MergingTriggerDriver`, for windows that merge (sessions), is Beam's
-driver with its timers run through the same adapter, and each timer's
-window found by its id in an index instead of a scan of the key's windows:
-Beam's ``process_timer`` wraps the state anew for every timer and scans
-every window the key has (``get_window``, then ``known_windows``), so a key
-with many sessions costs the square of their number. Its
-``process_elements`` is Beam's.
+driver run through the same adapter: Beam's wraps the state in its own
+adapter at every call, whose combining state views define a class at every
+access. Each timer's window is found by its id in an index instead of a
+scan of the key's windows: Beam's ``process_timer`` scans every window the
+key has (``get_window``, then ``known_windows``), so a key with many
+sessions costs the square of their number. Its ``process_elements`` is
+Beam's steps (merging included), each window's expiry computed once and
+its values appended before the trigger sees them, as above.
 """
 from __future__ import annotations
 
