@@ -71,6 +71,19 @@ def trigger_driver(windowing: Any, clock: Any) -> trigger.TriggerDriver:
     return MergingTriggerDriver(windowing, clock)
 
 
+def _add_hold(driver: trigger.GeneralTriggerDriver, state: Any, window: Any, elements: list,
+              output_watermark: Timestamp, by_time: bool) -> None:
+    """Beam's watermark hold for ``elements`` added to ``window``: the merge of
+    their output times not behind ``output_watermark``; without ``by_time``
+    (a hold that depends only on the window) no element's timestamp is read."""
+    combiner = driver.timestamp_combiner_impl
+    output_time = combiner.merge(window, (
+        output for output in (combiner.assign_output_time(window, wv.timestamp) for wv in elements)
+        if output >= output_watermark) if by_time else ())
+    if output_time is not None:
+        state.add_state(window, driver.WATERMARK_HOLD, output_time)
+
+
 class _StateAdapter(trigger.MergeableStateAdapter):
     """Beam's state adapter, with each combining tag's accumulator view made
     once per driver: Beam's makes it (``without_extraction``, which defines
@@ -207,20 +220,15 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
                         by_window[window] = []
                     found = values_of[window] = []
                 found.extend(values)
-        combiner = self.timestamp_combiner_impl
         # A window's hold under the end-of-window combiner does not depend on its
         # elements (Beam's merge ignores them), so their timestamps, which a
         # WindowedValue builds on each read, are not read.
-        by_time = not isinstance(combiner, timeutil.DependsOnlyOnWindow)
+        by_time = not isinstance(self.timestamp_combiner_impl, timeutil.DependsOnlyOnWindow)
         assert not (values_of and by_time), "gathered values carry no timestamps for this hold"
         for window, elements in by_window.items():
             if state.get_state(window, self.TOMBSTONE):
                 continue
-            output_time = combiner.merge(window, (
-                output for output in (combiner.assign_output_time(window, wv.timestamp) for wv in elements)
-                if output >= output_watermark) if by_time else ())
-            if output_time is not None:
-                state.add_state(window, self.WATERMARK_HOLD, output_time)
+            _add_hold(self, state, window, elements, output_watermark, by_time)
             context = state.at(window, self.clock)
             values = [wv.value for wv in elements]
             if window in values_of:
@@ -316,17 +324,12 @@ class MergingTriggerDriver(trigger.GeneralTriggerDriver):
             for window in merged_away:
                 state.clear_state(window, self.WATERMARK_HOLD)
 
-        combiner = self.timestamp_combiner_impl
         # As in NonMergingTriggerDriver: the end-of-window hold reads no timestamps.
-        by_time = not isinstance(combiner, timeutil.DependsOnlyOnWindow)
+        by_time = not isinstance(self.timestamp_combiner_impl, timeutil.DependsOnlyOnWindow)
         for window, elements in windows_to_elements.items():
             if state.get_state(window, self.TOMBSTONE):
                 continue
-            output_time = combiner.merge(window, (
-                output for output in (combiner.assign_output_time(window, wv.timestamp) for wv in elements)
-                if output >= output_watermark) if by_time else ())
-            if output_time is not None:
-                state.add_state(window, self.WATERMARK_HOLD, output_time)
+            _add_hold(self, state, window, elements, output_watermark, by_time)
             context = state.at(window, self.clock)
             values = [wv.value for wv in elements]
             # No trigger reads the elements' state: they are added before the trigger sees them.
