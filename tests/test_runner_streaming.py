@@ -233,8 +233,9 @@ def test_the_steps_after_a_stateful_dofn_stay_in_its_stage(spark, tmp_path):
     assert sorted(streaming_equals_direct(build, tmp_path)) == ["j1", "j2", "j3", "k1", "k2", "k3"]
 
 
-def _run_until_fourth_commit(spark, plan, checkpoint: str) -> None:
-    """Runs ``plan`` as a job of an earlier release would, stopped once it has committed four micro-batches."""
+def _run_until_fourth_commit(spark, plan, checkpoint: str, until=lambda: True) -> None:
+    """Runs ``plan`` as a job of an earlier release would, stopped once it has
+    committed four micro-batches and ``until()`` holds."""
     import os
     import threading
     import time
@@ -245,7 +246,7 @@ def _run_until_fourth_commit(spark, plan, checkpoint: str) -> None:
     executor = StreamingExecutor(sc, plan, sc.defaultParallelism, checkpoint, batch_interval=0.05)
     thread = threading.Thread(target=executor.run)
     thread.start()
-    while not os.path.exists(os.path.join(checkpoint, "commits", "3.commit")):
+    while not (os.path.exists(os.path.join(checkpoint, "commits", "3.commit")) and until()):
         assert thread.is_alive()
         time.sleep(0.02)
     executor.stop()
@@ -276,11 +277,14 @@ def _resumed(build, checkpoint: str, caplog) -> list[str]:
 def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spark, tmp_path, caplog):
     """Releases before the split fused the steps after a splittable DoFn into
     its stage; a checkpoint they wrote resumes with those stages."""
+    import os
     import time
 
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
 
-    start = time.time()
+    # Ticks from two seconds on: workers started cold make the first
+    # micro-batches slow, and the job is stopped once the first ticks are out.
+    start = time.time() + 2
     path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
 
     def build(p):
@@ -289,7 +293,7 @@ def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spa
 
     earlier = _planned_earlier(spark, build, split_after_splittable=False)
     assert not any("Offset" in step for stage in earlier.stages if stage.direct is not None for step in stage.steps)
-    _run_until_fourth_commit(spark, earlier, checkpoint)
+    _run_until_fourth_commit(spark, earlier, checkpoint, until=lambda: os.path.exists(path))
     assert 0 < len(read_lines(path)) < 12
 
     messages = _resumed(build, checkpoint, caplog)
