@@ -35,7 +35,7 @@ from apache_beam.coders import VarIntCoder
 from apache_beam.io import iobase
 from apache_beam.io.range_trackers import OffsetRangeTracker
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
-from apache_beam.transforms import userstate, window
+from apache_beam.transforms import trigger, userstate, window
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -251,8 +251,6 @@ def _cogbk3(p, n):
 
 def _early_panes(p, n):
     """Hourly windows firing early every 1,000 elements, accumulating; the panes' sizes counted."""
-    from apache_beam.transforms import trigger
-
     return (_stamped(p, n, 86_400)
             | beam.WindowInto(window.FixedWindows(3600), trigger=trigger.AfterWatermark(early=trigger.AfterCount(1000)),
                               accumulation_mode=trigger.AccumulationMode.ACCUMULATING)
@@ -450,28 +448,14 @@ class _RunningTotal(beam.DoFn):
         yield kv[0], total.read()
 
 
-def _every(count: int):
-    from apache_beam.transforms import trigger
-
-    return trigger.Repeatedly(trigger.AfterCount(count))
-
-
-def _early(count: int):
-    from apache_beam.transforms import trigger
-
-    return trigger.AfterWatermark(early=trigger.AfterCount(count))
-
-
-def _pane_sizes(p, n, windowfn, trigger, keys: int = 100):
-    """A GroupByKey of ``keys`` keys under ``trigger``, discarding: every pane's size summed per key and
+def _pane_sizes(p, n, windowfn, trigger_fn, keys: int = 100):
+    """A GroupByKey of ``keys`` keys under ``trigger_fn``, discarding: every pane's size summed per key and
     window start, which is each window's count whichever elements each pane got."""
-    from apache_beam.transforms.trigger import AccumulationMode
-
     def sized(kv, w=beam.DoFn.WindowParam):
         yield (kv[0], int(w.start)), len(kv[1])
 
     return (_stamped(p, n, 3600, lambda x: (x % keys, x))
-            | beam.WindowInto(windowfn, trigger=trigger, accumulation_mode=AccumulationMode.DISCARDING)
+            | beam.WindowInto(windowfn, trigger=trigger_fn, accumulation_mode=trigger.AccumulationMode.DISCARDING)
             | beam.GroupByKey() | beam.ParDo(sized) | "Global" >> beam.WindowInto(window.GlobalWindows())
             | beam.CombinePerKey(sum))
 
@@ -651,9 +635,11 @@ CASES: dict[str, tuple[str, Callable]] = {
         p | beam.io.ReadFromText(_gzip_files(n)) | beam.Map(lambda line: (int(line) % 100, int(line)))
         | beam.CombinePerKey(sum))),
     "count_trigger": ("GroupByKey in the global window firing every 1,000 (discarding), 100 keys, panes' sizes",
-                      lambda p, n: _pane_sizes(p, n, window.GlobalWindows(), _every(1000))),
+                      lambda p, n: _pane_sizes(
+                          p, n, window.GlobalWindows(), trigger.Repeatedly(trigger.AfterCount(1000)))),
     "sessions_early": ("GroupByKey in 5-second sessions firing early every 100, 1,000 keys, panes' sizes",
-                       lambda p, n: _pane_sizes(p, n, window.Sessions(5), _early(100), keys=1000)),
+                       lambda p, n: _pane_sizes(
+                           p, n, window.Sessions(5), trigger.AfterWatermark(early=trigger.AfterCount(100)), keys=1000)),
     "window_count": ("Count.Globally in 1-minute windows (without defaults)", lambda p, n: (
         _stamped(p, n, 3600) | beam.WindowInto(window.FixedWindows(60))
         | beam.CombineGlobally(beam.combiners.CountCombineFn()).without_defaults()
