@@ -100,6 +100,9 @@ class SparkRunner(runner.PipelineRunner):
         if not _is_streaming(pipeline, options):
             pipeline.replace_all([TestStreamAsBoundedSource()])
             swap_native_io(pipeline)
+        elif options.view_as(SparkRunnerOptions).watermarks == "min":
+            # The tracker's watermarks follow each source's records, which a native read does not report.
+            swap_native_io(pipeline, reads_only=True)
         return self.run_proto(pipeline_proto(pipeline, options), options)
 
     def run_proto(self, proto, options: pipeline_options.PipelineOptions):
@@ -162,10 +165,12 @@ class SparkRunner(runner.PipelineRunner):
 # How earlier releases planned a streaming pipeline, newest first: the
 # planning options that give their stages, and what differs.
 _EARLIER_LAYOUTS = (
-    (dict(flattens_in_stage=False),
+    (dict(native_reads=False), "its bounded file reads run Beam's splittable DoFn"),
+    (dict(native_reads=False, flattens_in_stage=False),
      "a stage reads back a Flatten of one stage's outputs, with steps before its GroupByKey"),
-    (dict(flattens_write_groupings=False), "a stage reads a Flatten back into a GroupByKey's shuffle"),
-    (dict(flattens_write_groupings=False, split_after_splittable=False),
+    (dict(native_reads=False, flattens_write_groupings=False),
+     "a stage reads a Flatten back into a GroupByKey's shuffle"),
+    (dict(native_reads=False, flattens_write_groupings=False, split_after_splittable=False),
      "a stage reads a Flatten back into a GroupByKey's shuffle; the steps after a splittable DoFn share its stage"),
 )
 

@@ -41,15 +41,30 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from apache_beam.runners.portability.fn_api_runner.translations import IMPULSE_BUFFER, split_buffer_id
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 
+from beam_ext.runner import native
+from beam_ext.runner._element_batches import ElementBatches
 from beam_ext.runner._errors import translate_spark_error
 from beam_ext.runner._shuffle import ElementSplitter, identity_partition, unpack
-from beam_ext.runner.executors._batch import BatchExecutor, _drain, _keyed_blobs, _round_robin, _tag
+from beam_ext.runner.executors._batch import (
+    BatchExecutor,
+    _drain,
+    _encode_partition,
+    _keyed_blobs,
+    _round_robin,
+    _tag,
+)
 from beam_ext.runner.executors._commit_log import CommitLog, Progress
 from beam_ext.runner.executors._side_inputs import SideInputState, side_input_state
 from beam_ext.runner.executors._watermarks import make_watermarks
 from beam_ext.runner.planning import Plan, PlannedStage
 from beam_ext.runner.state import _versioned as versioned
-from beam_ext.runner.worker._streaming import BatchContext, TaskSummary, run_streaming_chain, run_streaming_partition
+from beam_ext.runner.worker._streaming import (
+    BatchContext,
+    TaskSummary,
+    run_chain_on,
+    run_streaming_chain,
+    run_streaming_partition,
+)
 from beam_ext.runner.worker._streaming_group import run_grouped_chain, run_streaming_group
 
 _LOG = logging.getLogger("beam_ext.runner")
@@ -63,6 +78,10 @@ def _stage_task(spec, broadcast, context, report, partition, records):
 def _chain_task(chain, setup, bundle_bytes: int, broadcast, report, partition, records):
     return run_streaming_chain(chain, setup, bundle_bytes, broadcast.value if broadcast is not None else None,
                                report, partition, records)
+
+
+def _objects_task(chain, setup, broadcast, report, partition, batches):
+    return run_chain_on(chain, setup, batches, broadcast.value if broadcast is not None else None, report, partition)
 
 
 def _group_task(group, context, previous_output, report, partition, records):
@@ -258,6 +277,7 @@ class StreamingExecutor(BatchExecutor):
             rdd.unpersist()
         self._persisted = []
         self._buffers = {}
+        self._values = {}
         self._grouped = {}
         self._buffer_owners = {}
         self._side_chunks = {}
@@ -487,7 +507,7 @@ class StreamingExecutor(BatchExecutor):
             return not self._batch_progress.impulse_done
         if buffer_id in self._group_owner:
             return buffer_id in self._grouped
-        return bool(self._buffers.get(buffer_id))
+        return bool(self._buffers.get(buffer_id)) or buffer_id in self._values
 
     def _run_streaming_stage(self, number: int, stage: PlannedStage, progress: Progress,
                              now: Timestamp) -> None:
@@ -512,7 +532,8 @@ class StreamingExecutor(BatchExecutor):
         if not has_input and not (stage.keeps_state and summary.has_due_work(watermark, now)):
             return
         if stage.native is not None:
-            raise NotImplementedError(f"stage {stage.name!r} is Spark-native; streaming runs Beam expansions")
+            self._run_native_read(owner, stage)
+            return
         broadcast = self._streaming_side_inputs(number, stage, progress)
         context = BatchContext(
             batch=progress.batch, owner=owner,
@@ -521,15 +542,21 @@ class StreamingExecutor(BatchExecutor):
             previous_watermark=self.progress.input_watermark(owner),
             watermark=watermark, processing_time=now)
         reads = self._owners_read(stage.inputs)
-        records = self._streaming_input(stage, owner, progress)
         # Side inputs a checkpoint of an earlier release kept as Fn API state
         # are read by Beam's bundle processor, as they were then.
-        if stage.direct is not None and not isinstance(progress.side_inputs.get(number), dict):
-            _LOG.debug("stage %s runs its steps on element objects", stage.label)
-            task = functools.partial(_chain_task, stage.direct, stage.spec.worker_setup, stage.spec.bundle_bytes,
-                                     broadcast)
+        on_objects = stage.direct is not None and not isinstance(progress.side_inputs.get(number), dict)
+        handed = self._values.get(stage.inputs[0]) if on_objects else None
+        if handed is not None:  # a native read's batches of objects
+            records = handed.rdd
+            task = functools.partial(_objects_task, stage.direct, stage.spec.worker_setup, broadcast)
         else:
-            task = functools.partial(_stage_task, stage.spec, broadcast, context)
+            records = self._streaming_input(stage, owner, progress)
+            if on_objects:
+                _LOG.debug("stage %s runs its steps on element objects", stage.label)
+                task = functools.partial(_chain_task, stage.direct, stage.spec.worker_setup,
+                                         stage.spec.bundle_bytes, broadcast)
+            else:
+                task = functools.partial(_stage_task, stage.spec, broadcast, context)
         out = records.mapPartitionsWithIndex(self._watermarks.task(
             owner, task, self._reporter(progress.batch, owner), progress))
         self._launch(_Pending(owner, stage.name, out, stage.steps,
@@ -538,6 +565,42 @@ class StreamingExecutor(BatchExecutor):
             progress.state_versions[owner] = progress.batch
         for index, buffer_id in enumerate(stage.outputs):
             self._write_from(owner, buffer_id, out.filter(lambda r, i=index: r[0] == i).values())
+
+    def _run_native_read(self, owner: str, stage: PlannedStage) -> None:
+        """A bounded read of :data:`native.STREAMING_READS`, in the batch
+        that has the impulse: its RDD is computed by its readers' tasks.
+
+        It holds nothing back: its input is the impulse, whose watermark is
+        +inf, so its elements (at Beam's minimum timestamp) reach the stages
+        after it under the watermark they had before the batch, as an SDF
+        read that finishes in its first batch leaves them. A stage on
+        element objects that alone reads it takes its batches of objects,
+        as in batch, never encoded (:meth:`_objects_read`).
+        """
+        from pyspark import StorageLevel
+
+        spec = stage.native
+        if spec.urn not in native.STREAMING_READS:  # planning substitutes no other in streaming
+            raise NotImplementedError(f"stage {stage.name!r} is Spark-native; streaming runs Beam expansions")
+        context = native.NativeContext(sc=self._sc, parallelism=self._parallelism, step_name=spec.step_name,
+                                       counter=_no_counter)
+        with translate_spark_error(stage.steps):  # listing the files may fail, naming the step
+            out = native.lookup_native(spec.urn)(spec.payload, self._read(stage.inputs[0]), context)
+        if isinstance(out, native.ArrowRows):
+            out = out.batches()
+        self._ran += 1
+        [buffer_id] = stage.outputs  # planning substitutes reads of one output
+        if self._objects_read(buffer_id) and self._only_reader(buffer_id).direct is not None:
+            self._values[buffer_id] = out if isinstance(out, ElementBatches) else ElementBatches.of(out)
+            self._buffer_owners.setdefault(buffer_id, []).append(owner)
+            return
+        if isinstance(out, ElementBatches):
+            out = out.elements()
+        out = out.mapPartitions(functools.partial(_encode_partition, spec.output_coder))
+        if self._readers.get(buffer_id, 0) > 1:
+            out.persist(StorageLevel.MEMORY_AND_DISK)  # computed once, by the first reader's job
+            self._persisted.append(out)
+        self._write_from(owner, buffer_id, out)
 
     def _owners_read(self, buffers) -> frozenset[str]:
         """The owners whose outputs a stage reading ``buffers`` reads in this batch."""
@@ -722,6 +785,10 @@ class _Pending:
     outputs: dict[int, bytes]  # output index -> buffer
     source_pcolls: tuple[str, ...] = ()
     reads: frozenset[str] = frozenset()  # owners of the inputs it reads in this batch
+
+
+def _no_counter(namespace: str, name: str):
+    raise NotImplementedError(f"streaming SparkRunner keeps no counters of native reads ({namespace}:{name})")
 
 
 def _element_count(serialized: list[bytes], pcolls: tuple[str, ...]) -> int:

@@ -11,7 +11,8 @@ Beam expansion, and planning logs that, with the reason.
 
 Both paths must give the same results; tests compare them. Adding one:
 write ``fn(payload, rdd, ctx) -> rdd`` in a module of this package and add
-its line to :data:`TRANSLATIONS`.
+its line to :data:`TRANSLATIONS`. The streaming executor runs the reads of
+:data:`STREAMING_READS` the same way, in the first micro-batch.
 
 An implementation may also return :class:`ArrowRows` (row dicts held as
 Arrow tables). The executor hands them unchanged to native readers listed
@@ -47,8 +48,8 @@ from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_UR
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
 
 __all__ = ["DONE_ON_RETURN", "DRIVER_VALUES", "NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION",
-           "ONE_WINDOW_PER_ELEMENT", "READS_ARROW_ROWS", "READS_BATCHES", "RESHUFFLE_URN", "TRANSLATIONS", "ArrowRows",
-           "ElementBatches", "NativeContext", "NativeFn", "lookup_native"]
+           "ONE_WINDOW_PER_ELEMENT", "READS_ARROW_ROWS", "READS_BATCHES", "RESHUFFLE_URN", "STREAMING_READS",
+           "TRANSLATIONS", "ArrowRows", "ElementBatches", "NativeContext", "NativeFn", "lookup_native"]
 
 
 class NativeCounter(Protocol):
@@ -113,6 +114,13 @@ READS_BATCHES: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WR
 #: its output (the files' names) is listed on the driver. Nobody reading it,
 #: no job computes it again, and its own job may be the pipeline's last one.
 DONE_ON_RETURN: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WRITE_PARQUET_BATCHED_URN})
+
+
+#: Bounded reads a streaming plan runs natively: a source whose elements all
+#: come out in the first micro-batch, which the stage's output watermark
+#: (then +inf, as its input is the impulse) lets downstream stages see as
+#: on time. Writes keep Beam's expansion in streaming.
+STREAMING_READS: frozenset[str] = frozenset({READ_TEXT_URN, READ_PARQUET_URN, READ_PARQUET_BATCHED_URN})
 
 
 #: Implementations whose elements the driver can list from the payload alone

@@ -14,6 +14,7 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations
 
+from beam_ext.runner import native
 from beam_ext.runner.planning._io_overrides import io_overrides, swap_native_io
 from beam_ext.runner.planning._phases import (
     RUNNER_URNS,
@@ -35,11 +36,15 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   state_memory_bytes: int = 256 << 20, is_drain: bool = False,
                   streaming: bool = False, group_memory_bytes: int = 256 << 20,
                   split_after_splittable: bool = True, flattens_write_groupings: bool = True,
-                  gather_by_window: bool = True, flattens_in_stage: bool = True) -> Plan:
+                  gather_by_window: bool = True, flattens_in_stage: bool = True,
+                  native_reads: bool = True) -> Plan:
     """Plans ``proto`` (modified in place by native substitution).
 
     ``streaming``: TestStream stays a runner-executed source, and composites
-    keep their Beam expansion (the Spark-native implementations are batch jobs).
+    keep their Beam expansion but for the bounded file reads
+    (:data:`~beam_ext.runner.native.STREAMING_READS`), which run Spark-natively
+    in the first micro-batch; ``native_reads`` False keeps theirs too, as
+    earlier releases did, for their checkpoints.
     ``split_after_splittable`` (streaming): the steps after a splittable
     ``DoFn`` get a stage of their own (:func:`._phases.split_after_splittable`);
     False plans as releases before it did, for their checkpoints.
@@ -55,7 +60,10 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     (``GroupSpec.by_window``); False where something reads each element's
     timestamp from the shuffle (``--watermarks=tracker``).
     """
-    native_urns = frozenset() if streaming else substitute_natives(proto)
+    if streaming:
+        native_urns = substitute_natives(proto, native.STREAMING_READS if native_reads else frozenset())
+    else:
+        native_urns = substitute_natives(proto)
     if not streaming:
         drop_reshuffles_after_create(proto)
     runner_urns = RUNNER_URNS | native_urns

@@ -10,6 +10,7 @@ that expands exactly as Beam's and only adds the native annotations
 step, or its Beam expansion if it cannot. A transform with other options (a
 custom delimiter, ``max_records_per_shard``, ``as_rows=True``, a subclass
 such as ReadFromTextWithFilename) is left as it is, and the reason is logged.
+Streaming SparkRunner swaps the three reads alone (under ``--watermarks=min``).
 """
 from __future__ import annotations
 
@@ -181,21 +182,27 @@ class _IOOverride(PTransformOverride):
         return self._native_class(applied_ptransform.transform)
 
 
-def io_overrides() -> list[PTransformOverride]:
-    """Overrides giving batch SparkRunner's text and Parquet IO their native paths.
+def io_overrides(reads_only: bool = False) -> list[PTransformOverride]:
+    """Overrides giving SparkRunner's text and Parquet IO their native paths:
+    all six in batch; the three reads (``reads_only``) in streaming, where a
+    bounded read is a source like any other but a write's shards depend on
+    its windows and panes.
 
-    >>> len(io_overrides())
-    6
+    >>> len(io_overrides()), len(io_overrides(reads_only=True))
+    (6, 3)
     """
-    return [_IOOverride(textio.ReadFromText, _NativeReadFromText, _read_unsupported),
-            _IOOverride(textio.WriteToText, _NativeWriteToText, _write_unsupported),
-            _IOOverride(parquetio.ReadFromParquetBatched, _NativeReadFromParquetBatched, _read_parquet_unsupported),
-            _IOOverride(parquetio.ReadFromParquet, _NativeReadFromParquet, _read_parquet_unsupported),
-            _IOOverride(parquetio.WriteToParquetBatched, _NativeWriteToParquetBatched, _write_parquet_unsupported),
-            _IOOverride(parquetio.WriteToParquet, _NativeWriteToParquet, _write_parquet_unsupported)]
+    reads = [_IOOverride(textio.ReadFromText, _NativeReadFromText, _read_unsupported),
+             _IOOverride(parquetio.ReadFromParquetBatched, _NativeReadFromParquetBatched, _read_parquet_unsupported),
+             _IOOverride(parquetio.ReadFromParquet, _NativeReadFromParquet, _read_parquet_unsupported)]
+    if reads_only:
+        return reads
+    return reads + [
+        _IOOverride(textio.WriteToText, _NativeWriteToText, _write_unsupported),
+        _IOOverride(parquetio.WriteToParquetBatched, _NativeWriteToParquetBatched, _write_parquet_unsupported),
+        _IOOverride(parquetio.WriteToParquet, _NativeWriteToParquet, _write_parquet_unsupported)]
 
 
-def swap_native_io(pipeline: Pipeline) -> None:
+def swap_native_io(pipeline: Pipeline, reads_only: bool = False) -> None:
     """Gives each step :func:`io_overrides` matches its native subclass, in place.
 
     The subclass expands exactly as Beam's class, so the step's expansion,
@@ -204,11 +211,13 @@ def swap_native_io(pipeline: Pipeline) -> None:
     applies the whole expansion again (0.16-0.21 s of the demo's 1.6-2.0 s
     on a warm session); ``tests/test_native_textio.py`` compares the two.
 
+    ``reads_only``: the reads alone, for a streaming pipeline.
+
     Example::
 
         swap_native_io(pipeline)   # before pipeline.to_runner_api()
     """
-    overrides = io_overrides()
+    overrides = io_overrides(reads_only)
 
     class _Swap(PipelineVisitor):
         def enter_composite_transform(self, node: AppliedPTransform) -> None:

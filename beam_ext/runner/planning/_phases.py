@@ -349,16 +349,22 @@ def optimize_phases(streaming: bool = False, split_splittable: bool = True,
     ]
 
 
-def substitute_natives(proto: beam_runner_api_pb2.Pipeline) -> frozenset[str]:
-    """Turns composites with a Spark-native implementation into leaves; returns their URNs."""
-    declare_native_creates(proto)
-    declare_native_reshuffles(proto)
+def substitute_natives(proto: beam_runner_api_pb2.Pipeline, only: frozenset[str] | None = None) -> frozenset[str]:
+    """Turns composites with a Spark-native implementation into leaves; returns their URNs.
+
+    ``only``: the URNs that may be substituted (a streaming plan's); the
+    runner's own declarations (Create, Reshuffle) are then not made."""
+    if only is None:
+        declare_native_creates(proto)
+        declare_native_reshuffles(proto)
     urns = set()
     for transform in proto.components.transforms.values():
         urn_bytes = transform.annotations.get(native.NATIVE_URN_ANNOTATION)
         if not urn_bytes or not transform.subtransforms:
             continue
         urn = urn_bytes.decode("utf-8")
+        if only is not None and urn not in only:
+            continue
         if native.lookup_native(urn) is None:
             _LOG.info("step %r: no Spark-native implementation of %s; running its Beam expansion",
                       transform.unique_name, urn)
