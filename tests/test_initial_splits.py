@@ -175,3 +175,34 @@ def test_a_tracker_failing_to_split_fails_the_pipeline_naming_the_step():
         with beam.Pipeline(runner=SparkRunner()) as p:
             _ = p | beam.Create([10]) | "ReadOffsets" >> beam.ParDo(_LoudOffsets())
     assert "ReadOffsets" in str(info.value) and "this tracker cannot split here" in str(info.value)
+
+
+def _avro_file(path, n: int) -> str:
+    import fastavro
+
+    schema = fastavro.parse_schema({"type": "record", "name": "Row", "fields": [
+        {"name": "key", "type": "long"}, {"name": "amount", "type": "long"}]})
+    with open(path, "wb") as f:  # small sync blocks: the pieces' bounds fall between many of them
+        fastavro.writer(f, schema, ({"key": i % 7, "amount": i} for i in range(n)), sync_interval=2048)
+    return str(path)
+
+
+@pytest.mark.parametrize("n", [1, 3, 20_000])
+def test_beams_read_from_avro_of_one_file_is_split_by_its_source(tmp_path, n):
+    """Beam's wrapper of a BoundedSource refuses to split before a claim; its
+    source's own split cuts it, and every record is read once."""
+    path = _avro_file(tmp_path / "rows.avro", n)
+
+    def build(p):
+        return p | beam.io.ReadFromAvro(path) | beam.Map(lambda row: [row["key"], row["amount"]])
+
+    assert sorted(map(tuple, spark_equals_direct(build, tmp_path))) == sorted((i % 7, i) for i in range(n))
+
+    def partitions(p):
+        from pyspark import TaskContext
+
+        return (p | beam.io.ReadFromAvro(path)
+                | beam.Map(lambda row: (TaskContext.get().partitionId(), 1)) | beam.CombinePerKey(sum))
+    counts = dict(map(tuple, run_and_collect(SparkRunner(), partitions, str(tmp_path / "partitions"))))
+    assert sum(counts.values()) == n
+    assert len(counts) == (2 if n == 20_000 else 1)

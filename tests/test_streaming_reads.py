@@ -210,3 +210,46 @@ def test_a_checkpoint_planned_with_beams_read_resumes(spark, tmp_path, caplog):
             build(again)
     assert any("its bounded file reads run Beam's splittable DoFn" in r.getMessage() for r in caplog.records)
     assert sorted(read_lines(path)) == [["tick", 6]] + [[f"w{k}", 120] for k in range(5)]
+
+
+def _avro_file(path, n: int) -> str:
+    import fastavro
+
+    schema = fastavro.parse_schema({"type": "record", "name": "Row", "fields": [
+        {"name": "key", "type": "long"}, {"name": "amount", "type": "long"}]})
+    with open(path, "wb") as f:  # small sync blocks: a split lands between them
+        fastavro.writer(f, schema, ({"key": i % 7, "amount": i} for i in range(n)), sync_interval=2048)
+    return str(path)
+
+
+def test_a_bounded_read_of_one_file_is_split_over_the_tasks(spark, tmp_path):
+    """Beam's Avro read (no native reader) runs its splittable DoFn; its one
+    restriction is split to fill the tasks, as in batch."""
+    from pyspark import TaskContext
+
+    path = _avro_file(tmp_path / "rows.avro", 20_000)
+
+    def build(p):
+        return (p | beam.io.ReadFromAvro(path)
+                | beam.Map(lambda row: (TaskContext.get().partitionId(), row["amount"])) | beam.GroupByKey()
+                | beam.MapTuple(lambda task, amounts: [task, sorted(amounts)]))
+
+    out, _ = _run(build, str(tmp_path / "out.jsonl"), [])
+    assert [task for task, _ in sorted(out)] == list(range(spark.sparkContext.defaultParallelism))
+    assert sorted(a for _, amounts in out for a in amounts) == list(range(20_000))
+
+
+def test_only_a_bounded_splittable_dofn_is_split(spark, tmp_path):
+    """An unbounded one's restriction (PeriodicImpulse's ticks) runs whole."""
+    from apache_beam.transforms import environments
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    from beam_ext.runner.planning import plan_pipeline
+
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    _ = p | beam.io.ReadFromAvro(_avro_file(tmp_path / "rows.avro", 10)) | "Avro" >> beam.Map(str)
+    _ = p | PeriodicImpulse(start_timestamp=time.time(), stop_timestamp=time.time() + 1) | "Ticks" >> beam.Map(str)
+    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    plan = plan_pipeline(proto, 1 << 20, 2, streaming=True)
+    splits = {stage.steps[0].split("/")[0]: stage.sdf_info is not None for stage in plan.stages if stage.spread}
+    assert splits == {"ReadFromAvro": True, "PeriodicImpulse": False}

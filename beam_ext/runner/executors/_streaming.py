@@ -646,8 +646,9 @@ class StreamingExecutor(BatchExecutor):
                     owner, functools.partial(_keyed_records, splitter, self._parallelism, i),
                     stage.input_coders[i], True, progress)))
             else:
+                # A bounded read's few restrictions are split to fill the tasks, as in batch.
                 parts.append(rdd.mapPartitionsWithIndex(self._watermarks.shuffle_side(
-                    owner, functools.partial(_round_robin, splitter, i, self._parallelism),
+                    owner, functools.partial(_round_robin, splitter, i, self._parallelism, sdf_info=stage.sdf_info),
                     stage.input_coders[i], False, progress)))
         # Without input this batch (timers due), the state's partitions still run.
         blobs = self._sc.union(parts) if len(parts) > 1 else (parts[0] if parts else self._empty(1))

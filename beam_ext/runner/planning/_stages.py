@@ -96,7 +96,8 @@ class PlannedStage:
     steps: tuple[str, ...] = ()  # the user's top-level steps fused here, for errors
     keyed: bool = False  # stateful: partition input by key first
     spread: bool = False  # SDF processing: spread input elements over partitions
-    # Batch SDF processing: the DoFn's pickled DoFnInfo, whose trackers split a few restrictions to fill the tasks.
+    # SDF processing (in streaming, of a bounded DoFn): its pickled DoFnInfo,
+    # whose trackers split a few restrictions to fill the tasks.
     sdf_info: bytes | None = None
     test_stream: TestStreamSpec | None = None  # streaming: the runner replays its events
     source_pcolls: tuple[str, ...] = ()  # outputs of its SDF reads: what a stream counts as input
@@ -140,13 +141,22 @@ def _user_steps(stage: Stage) -> tuple[str, ...]:
             or (stage.name,))
 
 
-def _sdf_info(stage: Stage) -> bytes | None:
+def _sdf_info(stage: Stage, components: beam_runner_api_pb2.Components, streaming: bool) -> bytes | None:
     """The pickled ``DoFnInfo`` of the one splittable ``DoFn`` whose sized
-    restrictions a stage processes, or None (several, or another SDK's)."""
+    restrictions a stage processes, or None (several, or another SDK's).
+
+    In streaming, only a ``DoFn`` whose outputs are bounded (a bounded
+    read's): an unbounded one's restriction (``PeriodicImpulse``'s ticks, a
+    watch of new files) runs as long as the stream, and cutting it would
+    turn one position into several, each holding the watermark.
+    """
     from apache_beam.transforms import core
 
     processes = [t for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN]
     if len(processes) != 1:
+        return None
+    if streaming and any(components.pcollections[pcoll].is_bounded != beam_runner_api_pb2.IsBounded.BOUNDED
+                         for pcoll in processes[0].outputs.values()):
         return None
     payload = proto_utils.parse_Bytes(processes[0].spec.payload, beam_runner_api_pb2.ParDoPayload)
     try:
@@ -288,8 +298,8 @@ class StagePlanner:
             return planned
         planned.keyed = stage.is_stateful()
         planned.spread = any(t.spec.urn == SDF_PROCESS_URN for t in stage.transforms)
-        if planned.spread and not self.streaming:
-            planned.sdf_info = _sdf_info(stage)
+        if planned.spread:
+            planned.sdf_info = _sdf_info(stage, self._components, self.streaming)
         planned.source_pcolls = tuple(pcoll for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN
                                       for pcoll in t.outputs.values())
         planned.spec = StageSpec(

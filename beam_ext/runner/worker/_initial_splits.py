@@ -95,7 +95,18 @@ def _pieces_per_restriction(sizes: list[float], tasks: int) -> list[int]:
 
 def _split(provider: Any, restriction: Any, count: int) -> list[Any] | None:
     """``restriction`` cut into ``count`` pieces of about equal size by fresh
-    trackers' ``try_split`` before any claim; None if the first refuses."""
+    trackers' ``try_split`` before any claim; None if the first refuses.
+
+    Beam's wrapper of a ``BoundedSource`` (``ReadFromAvro``, a user's
+    ``beam.io.Read(source)``) refuses: its range tracker splits only once a
+    record is claimed. Its restriction is then cut as Beam's own initial
+    split cuts a source, by the source's ``split`` over the restriction's
+    range (:func:`_split_source`).
+    """
+    from apache_beam.io import iobase
+
+    if isinstance(restriction, iobase._SDFBoundedSourceRestriction):
+        return _split_source(restriction, count)
     parts = []
     rest = restriction
     for remaining in range(count, 1, -1):
@@ -108,3 +119,21 @@ def _split(provider: Any, restriction: Any, count: int) -> list[Any] | None:
         return None
     parts.append(rest)
     return parts
+
+
+def _split_source(restriction: Any, count: int) -> list[Any] | None:
+    """A bounded source's restriction cut by ``BoundedSource.split`` into
+    pieces of about a ``count``-th of its weight (the source's estimate of
+    its bytes); None when the source gives one piece (a compressed file, a
+    source that cannot split, a weight unknown)."""
+    from apache_beam.io import iobase
+
+    weight = restriction.weight()
+    if not weight or weight <= 0:
+        return None
+    bundle = restriction._source_bundle
+    # Positional: Beam's sources name the range's ends differently (start_offset, start_position).
+    pieces = list(restriction.source().split(-(-int(weight) // count), bundle.start_position, bundle.stop_position))
+    if len(pieces) < 2:
+        return None
+    return [iobase._SDFBoundedSourceRestriction(piece) for piece in pieces]
