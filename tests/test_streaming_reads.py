@@ -253,3 +253,68 @@ def test_only_a_bounded_splittable_dofn_is_split(spark, tmp_path):
     plan = plan_pipeline(proto, 1 << 20, 2, streaming=True)
     splits = {stage.steps[0].split("/")[0]: stage.sdf_info is not None for stage in plan.stages if stage.spread}
     assert splits == {"ReadFromAvro": True, "PeriodicImpulse": False}
+
+
+class _SlowRange(beam.DoFn, beam.RestrictionProvider):
+    """A bounded splittable DoFn that reads one number, then defers the rest for a while."""
+
+    def initial_restriction(self, n):
+        from apache_beam.io.restriction_trackers import OffsetRange
+
+        return OffsetRange(0, n)
+
+    def create_tracker(self, restriction):
+        from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
+
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, n, restriction):
+        return restriction.size()
+
+    def process(self, n, tracker=beam.DoFn.RestrictionParam()):
+        position = tracker.current_restriction().start
+        if tracker.try_claim(position):
+            yield position
+            tracker.defer_remainder(beam.utils.timestamp.Duration(seconds=0.3))
+
+
+def test_a_bounded_splittable_dofn_reads_its_restrictions_whole_in_the_first_batch(spark, tmp_path):
+    """A deferred remainder of a bounded DoFn is read at once, as in batch."""
+    def build(p):
+        return p | beam.Create([3, 4]) | beam.ParDo(_SlowRange()) | beam.Map(lambda i: i * 10)
+
+    out, result = _run(build, str(tmp_path / "out.jsonl"), [])
+    assert sorted(out) == [0, 0, 10, 10, 20, 20, 30]
+    [stage] = [s for s in result._executor._plan.stages if s.spread]
+    assert stage.reads_whole and not stage.keeps_state and stage.direct is not None
+    assert result._executor.progress.batch == 0  # one micro-batch read everything
+
+
+def test_a_checkpoint_holding_a_bounded_dofns_remainder_resumes_it(spark, tmp_path, caplog):
+    """An earlier release kept a bounded DoFn's deferred remainders in its
+    state: a checkpoint holding some resumes them, on Beam's bundle processor."""
+    from apache_beam.transforms import environments
+    from test_runner_streaming import _run_until_fourth_commit
+
+    from beam_ext.runner.planning import plan_pipeline
+
+    path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
+
+    def build(p):
+        _ = p | beam.Create([30]) | beam.ParDo(_SlowRange()) | beam.ParDo(AppendLines(path))
+
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    build(p)
+    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    earlier = plan_pipeline(proto, 1 << 20, spark.sparkContext.defaultParallelism, streaming=True,
+                            reads_whole=False)
+    assert not any(stage.reads_whole for stage in earlier.stages)
+    _run_until_fourth_commit(spark, earlier, checkpoint)
+    assert 0 < len(read_lines(path)) < 30
+
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
+                ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as again:
+            build(again)
+    assert any("resumes the restrictions its checkpoint holds" in r.getMessage() for r in caplog.records)
+    assert sorted(read_lines(path)) == list(range(30))  # each once

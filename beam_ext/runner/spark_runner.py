@@ -136,7 +136,8 @@ class SparkRunner(runner.PipelineRunner):
                                  is_drain=self._is_drain, streaming=streaming,
                                  group_memory_bytes=spark_options.spark_group_memory,
                                  # The tracker reads each element's timestamp from the shuffle.
-                                 gather_by_window=spark_options.watermarks != "tracker", **layout)
+                                 gather_by_window=spark_options.watermarks != "tracker",
+                                 reads_whole=spark_options.watermarks != "tracker", **layout)
 
         plan = plan_it(proto)
         if resumable:

@@ -225,6 +225,7 @@ class StreamingExecutor(BatchExecutor):
             if restored is not None:
                 self.progress = restored
                 _LOG.info("resuming after committed batch %d from %s", restored.batch, self._log.root)
+                self._keep_restrictions_in_state(restored)
             self._watermarks.start(self.progress)
             with self._lock:
                 self.monitoring = {
@@ -243,6 +244,18 @@ class StreamingExecutor(BatchExecutor):
             self._watermarks.stop()
             if self._own_dir and self.done():
                 shutil.rmtree(self._log.root, ignore_errors=True)
+
+    def _keep_restrictions_in_state(self, progress: Progress) -> None:
+        """A checkpoint of an earlier release may hold what a bounded
+        splittable ``DoFn`` deferred (its residuals, its watermark hold),
+        which a stage reading restrictions whole would never resume: such a
+        stage runs as it did then, on Beam's bundle processor with its state."""
+        for number, stage in enumerate(self._plan.stages):
+            summary = progress.summaries.get(f"stage{number}")
+            if stage.reads_whole and summary is not None and (
+                    summary.next_resume < MAX_TIMESTAMP or summary.hold < MAX_TIMESTAMP):
+                _LOG.info("stage %s resumes the restrictions its checkpoint holds", stage.label)
+                stage.reads_whole, stage.direct = False, None
 
     def stop(self) -> None:
         """Asks the loop to stop after the micro-batch under way."""
@@ -629,8 +642,10 @@ class StreamingExecutor(BatchExecutor):
             self.monitoring = {**self.monitoring, stage_name: merged}
 
     def _streaming_input(self, stage: PlannedStage, owner: str, progress: Progress):
-        """The stage's records; for a stage with state, exactly one partition per state partition."""
-        if not stage.keeps_state:
+        """The stage's records; for a stage with state, exactly one partition
+        per state partition; a splittable ``DoFn``'s restrictions spread over
+        them."""
+        if not stage.keeps_state and not stage.spread:
             parts = [_tag(i, self._read(b)) for i, b in enumerate(stage.inputs) if self._has_input(b)]
             if not parts:
                 return self._empty(1)

@@ -37,7 +37,7 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   streaming: bool = False, group_memory_bytes: int = 256 << 20,
                   split_after_splittable: bool = True, flattens_write_groupings: bool = True,
                   gather_by_window: bool = True, flattens_in_stage: bool = True,
-                  native_reads: bool = True) -> Plan:
+                  native_reads: bool = True, reads_whole: bool = True) -> Plan:
     """Plans ``proto`` (modified in place by native substitution).
 
     ``streaming``: TestStream stays a runner-executed source, and composites
@@ -59,6 +59,10 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     values gathered per key and windows, without timestamps
     (``GroupSpec.by_window``); False where something reads each element's
     timestamp from the shuffle (``--watermarks=tracker``).
+    ``reads_whole`` (streaming): a splittable ``DoFn`` of bounded outputs
+    reads each restriction whole in the micro-batch it arrives in, on
+    element objects (``PlannedStage.reads_whole``); False where something
+    follows its records (``--watermarks=tracker``).
     """
     if streaming:
         native_urns = substitute_natives(proto, native.STREAMING_READS if native_reads else frozenset())
@@ -80,4 +84,5 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     planner.group_memory = group_memory_bytes
     planner.streaming = streaming
     planner.gather_by_window = gather_by_window
+    planner.reads_whole = reads_whole
     return planner.plan(stages)

@@ -99,6 +99,9 @@ class PlannedStage:
     # SDF processing (in streaming, of a bounded DoFn): its pickled DoFnInfo,
     # whose trackers split a few restrictions to fill the tasks.
     sdf_info: bytes | None = None
+    # Streaming SDF processing of bounded outputs: each restriction is read
+    # whole in the micro-batch it arrives in, on objects, keeping nothing.
+    reads_whole: bool = False
     test_stream: TestStreamSpec | None = None  # streaming: the runner replays its events
     source_pcolls: tuple[str, ...] = ()  # outputs of its SDF reads: what a stream counts as input
     # Only Map-like steps (and a partial combine): the batch executor runs them on element objects.
@@ -115,7 +118,8 @@ class PlannedStage:
     def keeps_state(self) -> bool:
         """Whether the stage has anything to keep between micro-batches
         (user state, timers, SDF residuals)."""
-        return self.spec is not None and (self.keyed or self.spread or bool(self.spec.timer_families))
+        return self.spec is not None and (self.keyed or self.spread and not self.reads_whole
+                                          or bool(self.spec.timer_families))
 
 
 @dataclasses.dataclass
@@ -182,6 +186,7 @@ class StagePlanner:
         self.group_memory = 256 << 20
         self.streaming = False
         self.gather_by_window = True  # streaming: GroupSpec.by_window where the windowing allows
+        self.reads_whole = True  # streaming: PlannedStage.reads_whole where a DoFn's outputs are bounded
 
     def _coder(self, coder_id: str, safe: bool = False):
         if safe:
@@ -300,6 +305,10 @@ class StagePlanner:
         planned.spread = any(t.spec.urn == SDF_PROCESS_URN for t in stage.transforms)
         if planned.spread:
             planned.sdf_info = _sdf_info(stage, self._components, self.streaming)
+            # A bounded DoFn's input is complete in the first micro-batch (it
+            # descends from the impulse alone): reading each restriction whole
+            # there, as batch does, gives what reading it over several would.
+            planned.reads_whole = self.streaming and self.reads_whole and planned.sdf_info is not None
         planned.source_pcolls = tuple(pcoll for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN
                                       for pcoll in t.outputs.values())
         planned.spec = StageSpec(
