@@ -23,6 +23,7 @@ import time
 import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.direct.direct_runner import BundleBasedDirectRunner
 from apache_beam.runners.runner import PipelineState
@@ -200,7 +201,7 @@ def test_a_checkpoint_planned_with_beams_read_resumes(spark, tmp_path, caplog):
     build(p)
     proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
     earlier = plan_pipeline(proto, 1 << 20, spark.sparkContext.defaultParallelism, streaming=True,
-                            native_reads=False)
+                            native_reads=False, reads_whole=False)
     assert not any(stage.native for stage in earlier.stages)
     _run_until_fourth_commit(spark, earlier, checkpoint)
 
@@ -208,7 +209,7 @@ def test_a_checkpoint_planned_with_beams_read_resumes(spark, tmp_path, caplog):
         with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
                 ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as again:
             build(again)
-    assert any("its bounded file reads run Beam's splittable DoFn" in r.getMessage() for r in caplog.records)
+    assert any("its bounded reads run Beam's splittable DoFn" in r.getMessage() for r in caplog.records)
     assert sorted(read_lines(path)) == [["tick", 6]] + [[f"w{k}", 120] for k in range(5)]
 
 
@@ -239,8 +240,10 @@ def test_a_bounded_read_of_one_file_is_split_over_the_tasks(spark, tmp_path):
     assert sorted(a for _, amounts in out for a in amounts) == list(range(20_000))
 
 
-def test_only_a_bounded_splittable_dofn_is_split(spark, tmp_path):
-    """An unbounded one's restriction (PeriodicImpulse's ticks) runs whole."""
+def test_only_a_bounded_splittable_dofn_is_split_and_read_whole(spark, tmp_path):
+    """An unbounded one's restriction (PeriodicImpulse's ticks) is neither
+    split nor read whole: it runs as long as the stream, keeping its
+    position in the stage's state."""
     from apache_beam.transforms import environments
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
 
@@ -251,8 +254,11 @@ def test_only_a_bounded_splittable_dofn_is_split(spark, tmp_path):
     _ = p | PeriodicImpulse(start_timestamp=time.time(), stop_timestamp=time.time() + 1) | "Ticks" >> beam.Map(str)
     proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
     plan = plan_pipeline(proto, 1 << 20, 2, streaming=True)
-    splits = {stage.steps[0].split("/")[0]: stage.sdf_info is not None for stage in plan.stages if stage.spread}
-    assert splits == {"ReadFromAvro": True, "PeriodicImpulse": False}
+    spread = [stage for stage in plan.stages if stage.spread]
+    assert {stage.steps[0].split("/")[0]: (stage.sdf_info is not None, stage.reads_whole, "Avro" in stage.steps)
+            for stage in spread} == {"ReadFromAvro": (True, True, True), "PeriodicImpulse": (False, False, False)}
+    # The steps after an unbounded DoFn run in a stage of their own, on objects; after a bounded one, in its stage.
+    assert [stage.direct is not None for stage in plan.stages if "Ticks" in stage.steps] == [True]
 
 
 class _SlowRange(beam.DoFn, beam.RestrictionProvider):
@@ -290,9 +296,19 @@ def test_a_bounded_splittable_dofn_reads_its_restrictions_whole_in_the_first_bat
     assert result._executor.progress.batch == 0  # one micro-batch read everything
 
 
-def test_a_checkpoint_holding_a_bounded_dofns_remainder_resumes_it(spark, tmp_path, caplog):
+class _SlowPairs(_SlowRange):
+    def process(self, n, tracker=beam.DoFn.RestrictionParam()):
+        for i in super().process(n, tracker):
+            yield i % 3, i
+
+
+@pytest.mark.parametrize("grouped_at_once", [False, True])
+def test_a_checkpoint_holding_a_bounded_dofns_remainder_resumes_it(spark, tmp_path, caplog, grouped_at_once):
     """An earlier release kept a bounded DoFn's deferred remainders in its
-    state: a checkpoint holding some resumes them, on Beam's bundle processor."""
+    state: a checkpoint holding some resumes them, on Beam's bundle
+    processor. With steps after the DoFn, the earlier plan's stages differ
+    and the runner plans as it did then; where its output goes straight to a
+    grouping they do not, and the stage alone runs as it did."""
     from apache_beam.transforms import environments
     from test_runner_streaming import _run_until_fourth_commit
 
@@ -301,20 +317,30 @@ def test_a_checkpoint_holding_a_bounded_dofns_remainder_resumes_it(spark, tmp_pa
     path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
 
     def build(p):
-        _ = p | beam.Create([30]) | beam.ParDo(_SlowRange()) | beam.ParDo(AppendLines(path))
+        if grouped_at_once:
+            out = (p | beam.Create([30]) | beam.ParDo(_SlowPairs()) | beam.GroupByKey()
+                   | beam.MapTuple(lambda k, values: [k, sorted(values)]))
+        else:
+            out = p | beam.Create([30]) | beam.ParDo(_SlowRange())
+        _ = out | beam.ParDo(AppendLines(path))
 
     p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
     build(p)
     proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
     earlier = plan_pipeline(proto, 1 << 20, spark.sparkContext.defaultParallelism, streaming=True,
-                            reads_whole=False)
+                            native_reads=False, reads_whole=False)
     assert not any(stage.reads_whole for stage in earlier.stages)
     _run_until_fourth_commit(spark, earlier, checkpoint)
-    assert 0 < len(read_lines(path)) < 30
+    assert len(read_lines(path)) < 30
 
     with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
         with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
                 ["--streaming", f"--checkpoint_dir={checkpoint}", "--spark_batch_interval=0.05"])) as again:
             build(again)
-    assert any("resumes the restrictions its checkpoint holds" in r.getMessage() for r in caplog.records)
-    assert sorted(read_lines(path)) == list(range(30))  # each once
+    messages = [r.getMessage() for r in caplog.records]
+    if grouped_at_once:
+        assert any("resumes the restrictions its checkpoint holds" in m for m in messages)
+        assert sorted(read_lines(path)) == [[k, list(range(k, 30, 3))] for k in range(3)]
+    else:
+        assert any("its bounded reads run Beam's splittable DoFn" in m for m in messages)
+        assert sorted(read_lines(path)) == list(range(30))  # each once

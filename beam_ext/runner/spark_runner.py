@@ -131,13 +131,14 @@ class SparkRunner(runner.PipelineRunner):
             unplanned = _copy(proto)
 
         def plan_it(pipeline_proto, **layout):
+            # The tracker reads each element's timestamp from the shuffle, and
+            # follows a splittable DoFn's records: with it, neither.
+            untracked = spark_options.watermarks != "tracker"
             return plan_pipeline(pipeline_proto, spark_options.spark_bundle_size, parallelism,
                                  spark_options.spark_state_backend, spark_options.spark_state_memory,
                                  is_drain=self._is_drain, streaming=streaming,
                                  group_memory_bytes=spark_options.spark_group_memory,
-                                 # The tracker reads each element's timestamp from the shuffle.
-                                 gather_by_window=spark_options.watermarks != "tracker",
-                                 reads_whole=spark_options.watermarks != "tracker", **layout)
+                                 **{"gather_by_window": untracked, "reads_whole": untracked, **layout})
 
         plan = plan_it(proto)
         if resumable:
@@ -166,12 +167,13 @@ class SparkRunner(runner.PipelineRunner):
 # How earlier releases planned a streaming pipeline, newest first: the
 # planning options that give their stages, and what differs.
 _EARLIER_LAYOUTS = (
-    (dict(native_reads=False), "its bounded file reads run Beam's splittable DoFn"),
-    (dict(native_reads=False, flattens_in_stage=False),
+    (dict(native_reads=False, reads_whole=False),
+     "its bounded reads run Beam's splittable DoFn, keeping their restrictions, the steps after them apart"),
+    (dict(native_reads=False, reads_whole=False, flattens_in_stage=False),
      "a stage reads back a Flatten of one stage's outputs, with steps before its GroupByKey"),
-    (dict(native_reads=False, flattens_write_groupings=False),
+    (dict(native_reads=False, reads_whole=False, flattens_write_groupings=False),
      "a stage reads a Flatten back into a GroupByKey's shuffle"),
-    (dict(native_reads=False, flattens_write_groupings=False, split_after_splittable=False),
+    (dict(native_reads=False, reads_whole=False, flattens_write_groupings=False, split_after_splittable=False),
      "a stage reads a Flatten back into a GroupByKey's shuffle; the steps after a splittable DoFn share its stage"),
 )
 

@@ -61,8 +61,10 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     timestamp from the shuffle (``--watermarks=tracker``).
     ``reads_whole`` (streaming): a splittable ``DoFn`` of bounded outputs
     reads each restriction whole in the micro-batch it arrives in, on
-    element objects (``PlannedStage.reads_whole``); False where something
-    follows its records (``--watermarks=tracker``).
+    element objects (``PlannedStage.reads_whole``), the steps after it in
+    its stage; False where something follows its records
+    (``--watermarks=tracker``), and as earlier releases planned, for their
+    checkpoints.
     """
     if streaming:
         native_urns = substitute_natives(proto, native.STREAMING_READS if native_reads else frozenset())
@@ -77,7 +79,7 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     check_flattens(proto)
     context, stages = translations.create_and_optimize_stages(
         proto, phases=optimize_phases(streaming, split_after_splittable, flattens_write_groupings,
-                                      flattens_in_stage),
+                                      flattens_in_stage, split_after_bounded=not reads_whole),
         known_runner_urns=runner_urns, is_drain=is_drain)
     planner = StagePlanner(context, native_urns, bundle_bytes, partitions)
     planner.state = (state_backend, state_memory_bytes)

@@ -32,6 +32,9 @@ Ours:
       becomes
       [Process] [Map -> WindowInto -> shuffle]
 
+  Not after one of bounded outputs whose stage reads each restriction
+  whole on element objects itself (``PlannedStage.reads_whole``).
+
 * :func:`write_flattens_to_their_grouping` (after fusion): the
   inputs of a Flatten that a GroupByKey reads at once (``CoGroupByKey``),
   or after elementwise steps only, write the GroupByKey's shuffle
@@ -89,8 +92,12 @@ def spread_sdf_processing(stages: Iterable[Stage], context: TransformContext):
         yield stage
 
 
-def split_after_splittable(stages: Iterable[Stage], context: TransformContext) -> list[Stage]:
+def split_after_splittable(stages: Iterable[Stage], context: TransformContext,
+                           after_bounded: bool = True) -> list[Stage]:
     """Streaming: the steps after a splittable ``DoFn`` start a stage of their own.
+
+    ``after_bounded`` False: not after a ``DoFn`` whose outputs are all
+    bounded, whose stage keeps nothing either (``PlannedStage.reads_whole``).
 
     Fusion puts them in the ``DoFn``'s stage, which keeps SDF residuals
     between micro-batches and so runs on Beam's bundle processor; on their
@@ -103,8 +110,16 @@ def split_after_splittable(stages: Iterable[Stage], context: TransformContext) -
     fused stage give x.999999 s.
     """
     stages = list(stages)
-    source_outputs = {pcoll for stage in stages for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN
-                      for pcoll in t.outputs.values()}
+    pcollections = context.components.pcollections
+    source_outputs = set()
+    for stage in stages:
+        for t in stage.transforms:
+            if t.spec.urn != SDF_PROCESS_URN:
+                continue
+            outputs = set(t.outputs.values())
+            if after_bounded or any(pcollections[pcoll].is_bounded != beam_runner_api_pb2.IsBounded.BOUNDED
+                                    for pcoll in outputs):
+                source_outputs |= outputs
     for stage in stages:
         if not stage.transforms or any(t.spec.urn not in _SPLIT_STEP_URNS for t in stage.transforms):
             continue
@@ -319,12 +334,14 @@ def _output_time(transform: beam_runner_api_pb2.PTransform, context: TransformCo
 
 
 def optimize_phases(streaming: bool = False, split_splittable: bool = True,
-                    flattens_write_groupings: bool = True, flattens_in_stage: bool = True) -> list[Phase]:
+                    flattens_write_groupings: bool = True, flattens_in_stage: bool = True,
+                    split_after_bounded: bool = True) -> list[Phase]:
     """Beam's standard phases in Beam's order, with ours where they belong.
 
     ``split_splittable``, ``flattens_write_groupings`` and
     ``flattens_in_stage`` False (streaming) plan as releases before those
-    phases did, for their checkpoints."""
+    phases did, for their checkpoints. ``split_after_bounded``: see
+    :func:`split_after_splittable`."""
     t = translations
     return [
         t.annotate_downstream_side_inputs,
@@ -336,7 +353,8 @@ def optimize_phases(streaming: bool = False, split_splittable: bool = True,
         spread_sdf_processing,
         t.expand_gbk,
         t.sink_flattens,
-        *((split_after_splittable,) if streaming and split_splittable else ()),
+        *((functools.partial(split_after_splittable, after_bounded=split_after_bounded),)
+          if streaming and split_splittable else ()),
         t.greedily_fuse,
         *((functools.partial(write_flattens_to_their_grouping, in_stage=flattens_in_stage),)
           if flattens_write_groupings or not streaming else ()),
