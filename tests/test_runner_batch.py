@@ -383,7 +383,11 @@ def test_spill_state_backend_gives_the_same_results(tmp_path, bundle):
 
 
 class _OnePerCall(beam.DoFn, beam.transforms.core.RestrictionProvider):
-    """Splittable: emits one position of [0, n) per call, then defers the rest."""
+    """Splittable: emits one position of [0, n) per call, then defers the rest
+    (for ``delay`` seconds)."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
 
     def initial_restriction(self, n):
         from apache_beam.io.restriction_trackers import OffsetRange
@@ -400,7 +404,7 @@ class _OnePerCall(beam.DoFn, beam.transforms.core.RestrictionProvider):
         position = tracker.current_restriction().start
         if tracker.try_claim(position):
             yield n, position
-            tracker.defer_remainder()
+            tracker.defer_remainder(beam.utils.timestamp.Duration(seconds=self.delay) if self.delay else None)
 
 
 @BUNDLE_SIZES

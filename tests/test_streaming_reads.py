@@ -30,6 +30,8 @@ from apache_beam.runners.runner import PipelineState
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import trigger, window
 from pipeline_outputs import AppendLines, read_lines
+from test_initial_splits import _avro_file
+from test_runner_batch import _OnePerCall
 
 from beam_ext.runner import SparkRunner
 from beam_ext.runner.native._parquetio import READ_PARQUET_BATCHED_URN, READ_PARQUET_URN
@@ -79,6 +81,19 @@ def _panes(pcoll):
 
 def _natives(result) -> list[str]:
     return [stage.native.urn for stage in result._executor._plan.stages if stage.native is not None]
+
+
+def _planned_as_before(spark, build):
+    """``build``'s streaming plan as releases before these reads made it."""
+    from apache_beam.transforms import environments
+
+    from beam_ext.runner.planning import plan_pipeline
+
+    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
+    build(p)
+    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+    return plan_pipeline(proto, 1 << 20, spark.sparkContext.defaultParallelism, streaming=True,
+                         native_reads=False, reads_whole=False)
 
 
 def _run(build, path: str, options: list[str]):
@@ -178,11 +193,8 @@ def test_tracker_watermarks_keep_beams_read(spark, tmp_path):
 def test_a_checkpoint_planned_with_beams_read_resumes(spark, tmp_path, caplog):
     """A checkpoint written while the read ran Beam's expansion (an earlier
     release) resumes with those stages: nothing is read twice."""
-    from apache_beam.transforms import environments
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
     from test_runner_streaming import _run_until_fourth_commit
-
-    from beam_ext.runner.planning import plan_pipeline
 
     pattern, _ = _text_files(tmp_path / "in")
     start = float(int(time.time()) + 2)
@@ -197,11 +209,7 @@ def test_a_checkpoint_planned_with_beams_read_resumes(spark, tmp_path, caplog):
                                accumulation_mode=trigger.AccumulationMode.DISCARDING)
              | beam.CombinePerKey(sum) | beam.ParDo(AppendLines(path)))
 
-    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
-    build(p)
-    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
-    earlier = plan_pipeline(proto, 1 << 20, spark.sparkContext.defaultParallelism, streaming=True,
-                            native_reads=False, reads_whole=False)
+    earlier = _planned_as_before(spark, build)
     assert not any(stage.native for stage in earlier.stages)
     _run_until_fourth_commit(spark, earlier, checkpoint)
 
@@ -211,16 +219,6 @@ def test_a_checkpoint_planned_with_beams_read_resumes(spark, tmp_path, caplog):
             build(again)
     assert any("its bounded reads run Beam's splittable DoFn" in r.getMessage() for r in caplog.records)
     assert sorted(read_lines(path)) == [["tick", 6]] + [[f"w{k}", 120] for k in range(5)]
-
-
-def _avro_file(path, n: int) -> str:
-    import fastavro
-
-    schema = fastavro.parse_schema({"type": "record", "name": "Row", "fields": [
-        {"name": "key", "type": "long"}, {"name": "amount", "type": "long"}]})
-    with open(path, "wb") as f:  # small sync blocks: a split lands between them
-        fastavro.writer(f, schema, ({"key": i % 7, "amount": i} for i in range(n)), sync_interval=2048)
-    return str(path)
 
 
 def test_a_bounded_read_of_one_file_is_split_over_the_tasks(spark, tmp_path):
@@ -261,45 +259,16 @@ def test_only_a_bounded_splittable_dofn_is_split_and_read_whole(spark, tmp_path)
     assert [stage.direct is not None for stage in plan.stages if "Ticks" in stage.steps] == [True]
 
 
-class _SlowRange(beam.DoFn, beam.RestrictionProvider):
-    """A bounded splittable DoFn that reads one number, then defers the rest for a while."""
-
-    def initial_restriction(self, n):
-        from apache_beam.io.restriction_trackers import OffsetRange
-
-        return OffsetRange(0, n)
-
-    def create_tracker(self, restriction):
-        from apache_beam.io.restriction_trackers import OffsetRestrictionTracker
-
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, n, restriction):
-        return restriction.size()
-
-    def process(self, n, tracker=beam.DoFn.RestrictionParam()):
-        position = tracker.current_restriction().start
-        if tracker.try_claim(position):
-            yield position
-            tracker.defer_remainder(beam.utils.timestamp.Duration(seconds=0.3))
-
-
 def test_a_bounded_splittable_dofn_reads_its_restrictions_whole_in_the_first_batch(spark, tmp_path):
     """A deferred remainder of a bounded DoFn is read at once, as in batch."""
     def build(p):
-        return p | beam.Create([3, 4]) | beam.ParDo(_SlowRange()) | beam.Map(lambda i: i * 10)
+        return p | beam.Create([3, 4]) | beam.ParDo(_OnePerCall(delay=0.3)) | beam.MapTuple(lambda n, i: i * 10)
 
     out, result = _run(build, str(tmp_path / "out.jsonl"), [])
     assert sorted(out) == [0, 0, 10, 10, 20, 20, 30]
     [stage] = [s for s in result._executor._plan.stages if s.spread]
     assert stage.reads_whole and not stage.keeps_state and stage.direct is not None
     assert result._executor.progress.batch == 0  # one micro-batch read everything
-
-
-class _SlowPairs(_SlowRange):
-    def process(self, n, tracker=beam.DoFn.RestrictionParam()):
-        for i in super().process(n, tracker):
-            yield i % 3, i
 
 
 @pytest.mark.parametrize("grouped_at_once", [False, True])
@@ -309,26 +278,17 @@ def test_a_checkpoint_holding_a_bounded_dofns_remainder_resumes_it(spark, tmp_pa
     processor. With steps after the DoFn, the earlier plan's stages differ
     and the runner plans as it did then; where its output goes straight to a
     grouping they do not, and the stage alone runs as it did."""
-    from apache_beam.transforms import environments
     from test_runner_streaming import _run_until_fourth_commit
-
-    from beam_ext.runner.planning import plan_pipeline
 
     path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
 
     def build(p):
+        out = p | beam.Create([30]) | beam.ParDo(_OnePerCall(delay=0.3))
         if grouped_at_once:
-            out = (p | beam.Create([30]) | beam.ParDo(_SlowPairs()) | beam.GroupByKey()
-                   | beam.MapTuple(lambda k, values: [k, sorted(values)]))
-        else:
-            out = p | beam.Create([30]) | beam.ParDo(_SlowRange())
+            out = out | beam.GroupByKey() | beam.MapTuple(lambda n, values: [n, sorted(values)])
         _ = out | beam.ParDo(AppendLines(path))
 
-    p = beam.Pipeline(options=PipelineOptions(["--streaming"]))
-    build(p)
-    proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
-    earlier = plan_pipeline(proto, 1 << 20, spark.sparkContext.defaultParallelism, streaming=True,
-                            native_reads=False, reads_whole=False)
+    earlier = _planned_as_before(spark, build)
     assert not any(stage.reads_whole for stage in earlier.stages)
     _run_until_fourth_commit(spark, earlier, checkpoint)
     assert len(read_lines(path)) < 30
@@ -340,7 +300,7 @@ def test_a_checkpoint_holding_a_bounded_dofns_remainder_resumes_it(spark, tmp_pa
     messages = [r.getMessage() for r in caplog.records]
     if grouped_at_once:
         assert any("resumes the restrictions its checkpoint holds" in m for m in messages)
-        assert sorted(read_lines(path)) == [[k, list(range(k, 30, 3))] for k in range(3)]
+        assert read_lines(path) == [[30, list(range(30))]]
     else:
         assert any("its bounded reads run Beam's splittable DoFn" in m for m in messages)
-        assert sorted(read_lines(path)) == list(range(30))  # each once
+        assert sorted(read_lines(path)) == [[30, i] for i in range(30)]  # each once

@@ -305,9 +305,9 @@ class StagePlanner:
         planned.spread = any(t.spec.urn == SDF_PROCESS_URN for t in stage.transforms)
         if planned.spread:
             planned.sdf_info = _sdf_info(stage, self._components, self.streaming)
-            # A bounded DoFn's input is complete in the first micro-batch (it
-            # descends from the impulse alone): reading each restriction whole
-            # there, as batch does, gives what reading it over several would.
+            # A bounded DoFn's restriction read whole in the micro-batch it
+            # arrives in, as batch reads it, gives what reading it over several
+            # would, its outputs sooner: nothing is kept, no watermark held.
             planned.reads_whole = self.streaming and self.reads_whole and planned.sdf_info is not None
         planned.source_pcolls = tuple(pcoll for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN
                                       for pcoll in t.outputs.values())
