@@ -20,12 +20,14 @@ from typing import Any, Iterable, Iterator
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.metrics import monitoring_infos
 from apache_beam.portability.api import beam_fn_api_pb2
-from apache_beam.transforms import trigger
+from apache_beam.transforms import timeutil, trigger
 from apache_beam.transforms.timeutil import TimeDomain
-from apache_beam.transforms.window import GlobalWindow, IntervalWindow, Sessions
+from apache_beam.transforms.window import GlobalWindow, IntervalWindow, Sessions, TimestampCombiner
 from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Duration, Timestamp
+from apache_beam.utils.windowed_value import create as new_windowed
 
+from beam_ext.runner._batch_panes import ON_TIME
 from beam_ext.runner._element_batches import BATCH, BUNDLE_END
 from beam_ext.runner._metrics import RUNNER_NAMESPACE
 from beam_ext.runner._shuffle import windowed_records
@@ -33,7 +35,12 @@ from beam_ext.runner.state import _versioned as versioned
 from beam_ext.runner.worker._direct import DirectChain
 from beam_ext.runner.worker._setup import WorkerSetup
 from beam_ext.runner.worker._streaming import BatchContext, ReportFn, TaskSummary, run_chain_on
-from beam_ext.runner.worker._trigger_driver import NonMergingTriggerDriver, expired_values, trigger_driver
+from beam_ext.runner.worker._trigger_driver import (
+    NonMergingTriggerDriver,
+    expired_values,
+    trigger_driver,
+    watermark_hold,
+)
 
 _CHUNK_BYTES = 4 << 20
 
@@ -191,6 +198,96 @@ def _passed_through(group: Any, blobs: Iterable[bytes]) -> Iterator[tuple[Any, l
 _GLOBAL_WINDOWS = (GlobalWindow(),)
 
 
+class _ClosingKeys:
+    """The panes of a key new in a batch whose windows all close in it, without Beam's driver.
+
+    Under the default trigger, in windows that do not merge, Beam's driver
+    given values of a key it keeps no state for adds them to their windows
+    and sets each window's end-of-window timer; the timer fires once the
+    input watermark reaches the window's end, giving one on-time pane of all
+    the window's values at its watermark hold; once the watermark is past
+    the end plus the allowed lateness, the window is forgotten
+    (:func:`_forget_unreachable`). Where each of the key's windows ends after
+    the batch's previous input watermark (so nothing fires or is dropped
+    before the timer) and more than the allowed lateness before its new one,
+    that is the key's whole run in the batch: :meth:`panes` gives those
+    panes, and the key keeps no state, as it would after the driver's run.
+
+    A grouping of many keys each closed in the batch that brought them (a
+    ``Distinct`` or a per-key combine over a bounded read, a backlog caught
+    up) otherwise pays the driver's state, timer and pane bookkeeping per key.
+    """
+
+    def __init__(self, windowing: Any, previous_watermark: Timestamp, watermark: Timestamp,
+                 output_watermark: Timestamp) -> None:
+        self._combiner = TimestampCombiner.get_impl(windowing.timestamp_combiner, windowing.windowfn)
+        self._by_time = not isinstance(self._combiner, timeutil.DependsOnlyOnWindow)
+        self._previous, self._watermark = previous_watermark, watermark
+        self._lateness = windowing.allowed_lateness
+        self._output_watermark = output_watermark
+        # window -> whether it closes in the batch, and its output time in
+        # microseconds where that depends on the window alone (else None).
+        self._windows: dict[Any, tuple[bool, int | None]] = {}
+
+    @staticmethod
+    def of(driver: Any, context: BatchContext, previous_output_watermark: Timestamp) -> _ClosingKeys | None:
+        """For a grouping whose ``driver`` this applies to, else None."""
+        if not (isinstance(driver, NonMergingTriggerDriver) and driver.default_trigger):
+            return None
+        return _ClosingKeys(driver.windowing, context.previous_watermark, context.watermark,
+                            previous_output_watermark)
+
+    def _window(self, window: Any) -> tuple[bool, int | None]:
+        found = self._windows.get(window)
+        if found is None:
+            end = window.end
+            closes = self._previous < end and self._watermark > end + self._lateness
+            at = None
+            if closes and not self._by_time:
+                hold = watermark_hold(self._combiner, window, None, self._output_watermark)
+                at = (window.max_timestamp() if hold is None else hold).micros
+            found = self._windows[window] = (closes, at)
+        return found
+
+    def panes(self, values: Iterable[Any], records: Iterable[tuple[tuple, list]]) -> list | None:
+        """The key's panes, as Beam's driver fires them, for its windowed
+        ``values`` and gathered ``records`` (as ``process_elements`` takes
+        them); None where a window of theirs does not close in the batch."""
+        by_time = self._by_time
+        # window -> (values, their timestamps where the hold reads them), in arrival order
+        by_window: dict[Any, tuple[list, list]] = {}
+        last, last_entry = None, None  # consecutive values mostly share their window object
+        for wv in values:
+            for window in wv.windows:
+                entry = last_entry if window is last else by_window.get(window)
+                if entry is None:
+                    if not self._window(window)[0]:
+                        return None
+                    entry = by_window[window] = ([], [])
+                entry[0].append(wv.value)
+                if by_time:
+                    entry[1].append(wv.timestamp)  # a new Timestamp at each read
+                last, last_entry = window, entry
+        for windows, gathered in records:
+            for window in windows:
+                entry = by_window.get(window)
+                if entry is None:
+                    if not self._window(window)[0]:
+                        return None
+                    entry = by_window[window] = ([], [])
+                entry[0].extend(gathered)
+        panes = []
+        for window, (grouped, timestamps) in by_window.items():
+            at = self._windows[window][1]
+            if at is not None:
+                panes.append(new_windowed(grouped, at, (window,), ON_TIME))
+                continue
+            hold = watermark_hold(self._combiner, window, timestamps, self._output_watermark)
+            panes.append(windowed_value.WindowedValue(
+                grouped, window.max_timestamp() if hold is None else hold, (window,), ON_TIME))
+        return panes
+
+
 def run_streaming_group(group: Any, context: BatchContext, previous_output_watermark: Timestamp,
                         report: ReportFn, partition: int, blobs: Iterable[bytes]) -> Iterator[bytes]:
     """Groups one shuffled partition of one batch; yields encoded chunks of panes, reports a summary."""
@@ -305,9 +402,14 @@ def _panes_by_key(group: Any, context: BatchContext, previous_output_watermark: 
             decode = value_impl.decode_from_stream
             gathered[encoded_key].append((window_sets.of(encoded_windows), [decode(stream, True)
                                                                             for _ in range(count)]))
+    closing = _ClosingKeys.of(driver, context, previous_output_watermark)
     for encoded_key in dict.fromkeys([*by_key, *gathered]) if gathered else by_key:
         state = states.get(encoded_key)
         if state is None:
+            panes = closing.panes(by_key.get(encoded_key, ()), gathered.get(encoded_key, ())) if closing else None
+            if panes is not None:
+                yield key_impl.decode_nested(encoded_key), panes
+                continue
             state = states[encoded_key] = trigger.InMemoryUnmergedState()
         key = key_impl.decode_nested(encoded_key)
         records = gathered.get(encoded_key)

@@ -71,15 +71,24 @@ def trigger_driver(windowing: Any, clock: Any) -> trigger.TriggerDriver:
     return MergingTriggerDriver(windowing, clock)
 
 
+def watermark_hold(combiner: timeutil.TimestampCombinerImpl, window: Any, timestamps: Iterable[Timestamp] | None,
+                   output_watermark: Timestamp) -> Timestamp | None:
+    """The watermark hold Beam's driver adds for elements of ``timestamps``
+    added to ``window``: the merge of their output times not behind
+    ``output_watermark`` (None if none is); ``timestamps`` None where the
+    hold depends only on the window (``combiner`` is ``DependsOnlyOnWindow``),
+    so that no element's timestamp need be read."""
+    return combiner.merge(window, (
+        output for output in (combiner.assign_output_time(window, timestamp) for timestamp in timestamps)
+        if output >= output_watermark) if timestamps is not None else ())
+
+
 def _add_hold(driver: trigger.GeneralTriggerDriver, state: Any, window: Any, elements: list,
               output_watermark: Timestamp, by_time: bool) -> None:
-    """Beam's watermark hold for ``elements`` added to ``window``: the merge of
-    their output times not behind ``output_watermark``; without ``by_time``
-    (a hold that depends only on the window) no element's timestamp is read."""
-    combiner = driver.timestamp_combiner_impl
-    output_time = combiner.merge(window, (
-        output for output in (combiner.assign_output_time(window, wv.timestamp) for wv in elements)
-        if output >= output_watermark) if by_time else ())
+    """Beam's watermark hold for ``elements`` added to ``window``
+    (:func:`watermark_hold`); without ``by_time`` no element's timestamp is read."""
+    output_time = watermark_hold(driver.timestamp_combiner_impl, window,
+                                 (wv.timestamp for wv in elements) if by_time else None, output_watermark)
     if output_time is not None:
         state.add_state(window, driver.WATERMARK_HOLD, output_time)
 
@@ -162,7 +171,8 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
 
     def __init__(self, windowing: Any, clock: Any) -> None:
         super().__init__(windowing, clock)
-        self._default = windowing.triggerfn == trigger.DefaultTrigger()
+        self.windowing = windowing
+        self.default_trigger = windowing.triggerfn == trigger.DefaultTrigger()
         # The state is wrapped here, in the adapter above, not by Beam's code.
         self.is_merging = False
         self._views: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -234,7 +244,7 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
             if window in values_of:
                 values += values_of[window]
             state.add_all(window, self.ELEMENTS, values)
-            if self._default:
+            if self.default_trigger:
                 self.trigger_fn.on_element(values[-1], window, context)
             else:
                 for value in values:
