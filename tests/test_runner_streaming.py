@@ -629,3 +629,36 @@ def test_late_values_a_grouping_drops_are_counted(spark, tmp_path, windowfn):
     [dropped] = result.metrics().query(beam.metrics.MetricsFilter().with_name("dropped_due_to_lateness"))["counters"]
     assert (dropped.key.metric.namespace, dropped.key.step, dropped.committed) == ("beam_ext.runner", "GroupByKey", 2)
 
+
+
+@pytest.mark.parametrize("combiner", [window.TimestampCombiner.OUTPUT_AT_EOW,
+                                      window.TimestampCombiner.OUTPUT_AT_EARLIEST], ids=["end", "earliest"])
+def test_a_grouping_of_panes_closing_as_they_come_gives_the_direct_runners_panes(spark, tmp_path, combiner):
+    """The second grouping gets the first's on-time panes in the micro-batch
+    whose watermark closes their windows. A key it keeps nothing for, whose
+    windows are all past the allowed lateness then, gets its panes without
+    Beam's driver (``_ClosingKeys`` in ``worker/_streaming_group.py``); a
+    window still open to late values, a late pane and a key with state take
+    the driver. The panes, their timestamps and the late value dropped: the
+    DirectRunner's."""
+    events = [("elements", [("a", 1, 1), ("b", 2, 12), ("c", 4, 13)]), ("watermark", 25),
+              # 6 is late, within the lateness: a late pane; 7 is past it, dropped.
+              ("elements", [("b", 6, 15), ("a", 7, 3)]),
+              ("elements", [("a", 8, 31), ("d", 9, 44)]), ("watermark", 60)]
+
+    def build(p):
+        sums = (p | keyed_test_stream(events) | "Keep" >> beam.Map(lambda kv: kv)
+                | "Fixed" >> beam.WindowInto(window.FixedWindows(10), allowed_lateness=10)
+                | "Sums" >> beam.CombinePerKey(sum))
+        return (sums | "ByParity" >> beam.MapTuple(lambda k, total: (total % 2, k))
+                | "Again" >> beam.WindowInto(window.FixedWindows(10), allowed_lateness=10,
+                                             timestamp_combiner=combiner)
+                | "Regroup" >> beam.GroupByKey()
+                # Milliseconds: Beam's windowed value coder keeps no more between stages.
+                | beam.MapTuple(lambda k, keys, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam,
+                                pane=beam.DoFn.PaneInfoParam:
+                                [k, sorted(keys), repr(w), t.micros // 1000, repr(pane)]))
+
+    got = streaming_equals_direct(build, tmp_path)
+    assert sorted([k, keys] for k, keys, *_ in got) == [
+        [0, ["a"]], [0, ["b"]], [0, ["b", "c"]], [1, ["a"]], [1, ["d"]]]

@@ -14,7 +14,7 @@ import pickle
 import pytest
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import Windowing
-from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, MIN_TIMESTAMP, Timestamp
 from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -294,3 +294,85 @@ def test_a_reshuffles_values_pass_through_as_the_pane_beams_driver_fires(element
         beams.append((key, [_pane(p) for p in driver.process_elements(
             trigger.InMemoryUnmergedState(), mine, MIN_TIMESTAMP, MIN_TIMESTAMP)]))
     assert got == beams
+
+
+@st.composite
+def closing_keys(draw):
+    """A windowing under the default trigger, a new key's elements as (value,
+    timestamp) and the watermarks of its batch: output and input before it,
+    input after it, so that its windows close in it or not."""
+    windowing = Windowing(draw(st.sampled_from(_WINDOW_FNS)), triggerfn=trigger.DefaultTrigger(),
+                          accumulation_mode=draw(st.sampled_from([trigger.AccumulationMode.DISCARDING,
+                                                                  trigger.AccumulationMode.ACCUMULATING])),
+                          timestamp_combiner=draw(st.sampled_from(_COMBINERS)),
+                          allowed_lateness=draw(st.sampled_from([0, 5, 20])))
+    stamps = draw(st.lists(st.integers(0, 50), min_size=1, max_size=10))
+    previous = draw(st.sampled_from([MIN_TIMESTAMP, *(Timestamp(t) for t in range(-5, 45, 7))]))
+    output = draw(st.sampled_from([MIN_TIMESTAMP, *(Timestamp(t) for t in range(-5, 45, 7)
+                                                    if Timestamp(t) <= previous)]))
+    # The end of the stream half the time: every window not yet ended closes.
+    after = draw(st.one_of(st.just(MAX_TIMESTAMP), st.sampled_from(
+        [previous, *(Timestamp(t) for t in range(0, 100, 9) if Timestamp(t) > previous)])))
+    return windowing, [(i, ts) for i, ts in enumerate(stamps)], (output, previous, after)
+
+
+@settings(max_examples=500, deadline=None)
+@given(closing_keys(), st.booleans())
+@example((Windowing(window.FixedWindows(10), timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST),
+          [(0, 3), (1, 1), (2, 14)], (Timestamp(2), Timestamp(2), Timestamp(40))), False)
+def test_a_new_keys_windows_closing_in_its_batch_get_beams_panes_without_its_driver(run, gathered):
+    """A streaming grouping gives a key it keeps no state for, whose windows
+    all close in the batch, its panes directly (``_ClosingKeys``): those Beam's
+    driver fires for it in the batch, elements then timers, after which the
+    key keeps nothing. Where it declines, the driver's run does not fit that
+    shape: a pane other than the on-time one, a value dropped, or state kept."""
+    from beam_ext.runner._batch_panes import ON_TIME
+    from beam_ext.runner.worker._streaming_group import _ClosingKeys
+
+    windowing, elements, (output, previous, after) = run
+    gathered = gathered and windowing.timestamp_combiner == window.TimestampCombiner.OUTPUT_AT_EOW
+    objects = _Windows()
+    values = []
+    for value, ts in elements:
+        stamp = Timestamp(ts)
+        windows = windowing.windowfn.assign(window.WindowFn.AssignContext(stamp, element=value))
+        values.append(WindowedValue(value, stamp, objects.of(tuple(windows))))
+    records: dict[tuple, list] = {}
+    if gathered:
+        for wv in values:
+            records.setdefault(wv.windows, []).append(wv.value)
+    closing = _ClosingKeys(windowing, previous, after, output)
+    direct = closing.panes([] if gathered else values, list(records.items()))
+
+    state = trigger.InMemoryUnmergedState()
+    driver = trigger.GeneralTriggerDriver(windowing, _Clock())
+    beams = [_pane(p) for p in driver.process_elements(state, values, output, previous)]
+    while True:
+        fired, _ = state.get_timers(clear=True, watermark=after, processing_time=0.0)
+        if not fired:
+            break
+        for fired_window, (name, domain, timestamp, _tag) in fired:
+            beams += [_pane(p) for p in driver.process_timer(fired_window, name, domain, timestamp, state, after)]
+    _forget_unreachable(state, after, _reach(windowing))
+    kept = bool(state.state or any(state.timers.values()) or state.global_state)
+    if direct is not None:
+        got = [_pane(p) for p in direct]
+        if gathered:  # a window's values come in another order, which a pane leaves unspecified
+            got, beams = ([(sorted(value), *rest) for value, *rest in panes] for panes in (got, beams))
+        assert got == beams
+        assert not kept
+    else:
+        dropped = sum(1 for wv in values for w in wv.windows if previous > w.end + windowing.allowed_lateness)
+        assert kept or dropped or any(pane != ON_TIME for *_, pane in beams)
+
+
+def test_a_new_key_closing_in_its_batch_takes_the_direct_panes():
+    from beam_ext.runner.worker._streaming_group import _ClosingKeys
+
+    windowing = Windowing(window.FixedWindows(10), allowed_lateness=5)
+    values = [WindowedValue(v, Timestamp(v), (window.IntervalWindow(0, 10),)) for v in (1, 2)]
+    assert _ClosingKeys(windowing, MIN_TIMESTAMP, Timestamp(16), MIN_TIMESTAMP).panes(values, ()) is not None
+    # Not past the lateness yet: the window is kept for late values.
+    assert _ClosingKeys(windowing, MIN_TIMESTAMP, Timestamp(15), MIN_TIMESTAMP).panes(values, ()) is None
+    # The window ended before the batch: its values are late, their pane is not the on-time one.
+    assert _ClosingKeys(windowing, Timestamp(10), Timestamp(30), MIN_TIMESTAMP).panes(values, ()) is None
