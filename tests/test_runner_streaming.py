@@ -662,3 +662,28 @@ def test_a_grouping_of_panes_closing_as_they_come_gives_the_direct_runners_panes
     got = streaming_equals_direct(build, tmp_path)
     assert sorted([k, keys] for k, keys, *_ in got) == [
         [0, ["a"]], [0, ["b"]], [0, ["b", "c"]], [1, ["a"]], [1, ["d"]]]
+
+
+def test_sessions_of_panes_closing_as_they_come_give_the_direct_runners_panes(spark, tmp_path):
+    """As above, in sessions: the second grouping's keys, new when the first
+    grouping's panes reach it, merge and close in that micro-batch (the
+    batch's merging of sessions, ``_ClosingKeys``); a value coming after
+    takes the driver."""
+    events = [("elements", [("a", 1, 1), ("a", 2, 3), ("b", 3, 2), ("c", 4, 20), ("e", 5, 22)]),
+              ("watermark", 50), ("elements", [("d", 6, 52)])]
+
+    def build(p):
+        firsts = (p | keyed_test_stream(events) | "Keep" >> beam.Map(lambda kv: kv)
+                  # The values' own timestamps: whole seconds, the same on both runners.
+                  | "Sessions" >> beam.WindowInto(window.Sessions(5),
+                                                  timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST)
+                  | "Group" >> beam.GroupByKey())
+        return (firsts | "BySize" >> beam.MapTuple(lambda k, values: (len(values) % 2, k))
+                | "Again" >> beam.WindowInto(window.Sessions(5)) | "Regroup" >> beam.GroupByKey()
+                | beam.MapTuple(lambda k, keys, w=beam.DoFn.WindowParam, t=beam.DoFn.TimestampParam,
+                                pane=beam.DoFn.PaneInfoParam:
+                                [k, sorted(keys), repr(w), t.micros // 1000, repr(pane)]))
+
+    got = streaming_equals_direct(build, tmp_path)
+    # c's and e's sessions, 2 s apart, merge in the second grouping.
+    assert sorted([k, keys] for k, keys, *_ in got) == [[0, ["a"]], [1, ["b"]], [1, ["c", "e"]], [1, ["d"]]]

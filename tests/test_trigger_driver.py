@@ -301,7 +301,8 @@ def closing_keys(draw):
     """A windowing under the default trigger, a new key's elements as (value,
     timestamp) and the watermarks of its batch: output and input before it,
     input after it, so that its windows close in it or not."""
-    windowing = Windowing(draw(st.sampled_from(_WINDOW_FNS)), triggerfn=trigger.DefaultTrigger(),
+    windowing = Windowing(draw(st.sampled_from([*_WINDOW_FNS, window.Sessions(3), window.Sessions(8)])),
+                          triggerfn=trigger.DefaultTrigger(),
                           accumulation_mode=draw(st.sampled_from([trigger.AccumulationMode.DISCARDING,
                                                                   trigger.AccumulationMode.ACCUMULATING])),
                           timestamp_combiner=draw(st.sampled_from(_COMBINERS)),
@@ -320,9 +321,14 @@ def closing_keys(draw):
 @given(closing_keys(), st.booleans())
 @example((Windowing(window.FixedWindows(10), timestamp_combiner=window.TimestampCombiner.OUTPUT_AT_EARLIEST),
           [(0, 3), (1, 1), (2, 14)], (Timestamp(2), Timestamp(2), Timestamp(40))), False)
+# Two sessions, one of two values merged, closing at the end of the stream.
+@example((Windowing(window.Sessions(3)), [(0, 1), (1, 10), (2, 3)], (MIN_TIMESTAMP, MIN_TIMESTAMP, MAX_TIMESTAMP)),
+         False)
+# A session past its end, not yet by the gap: a later value could still merge with it.
+@example((Windowing(window.Sessions(8)), [(0, 1)], (MIN_TIMESTAMP, MIN_TIMESTAMP, Timestamp(12))), False)
 def test_a_new_keys_windows_closing_in_its_batch_get_beams_panes_without_its_driver(run, gathered):
     """A streaming grouping gives a key it keeps no state for, whose windows
-    all close in the batch, its panes directly (``_ClosingKeys``): those Beam's
+    (sessions merged) all close in the batch, its panes directly (``_ClosingKeys``): those Beam's
     driver fires for it in the batch, elements then timers, after which the
     key keeps nothing. Where it declines, the driver's run does not fit that
     shape: a pane other than the on-time one, a value dropped, or state kept."""
@@ -330,7 +336,9 @@ def test_a_new_keys_windows_closing_in_its_batch_get_beams_panes_without_its_dri
     from beam_ext.runner.worker._streaming_group import _ClosingKeys
 
     windowing, elements, (output, previous, after) = run
-    gathered = gathered and windowing.timestamp_combiner == window.TimestampCombiner.OUTPUT_AT_EOW
+    # Gathered as the shuffle gathers them: windows that do not merge, the end-of-window hold.
+    gathered = (gathered and windowing.timestamp_combiner == window.TimestampCombiner.OUTPUT_AT_EOW
+                and not windowing.windowfn.is_merging())
     objects = _Windows()
     values = []
     for value, ts in elements:
@@ -341,7 +349,10 @@ def test_a_new_keys_windows_closing_in_its_batch_get_beams_panes_without_its_dri
     if gathered:
         for wv in values:
             records.setdefault(wv.windows, []).append(wv.value)
-    closing = _ClosingKeys(windowing, previous, after, output)
+    closing = _ClosingKeys.of(windowing, previous, after, output)
+    if closing is None:  # sessions under another timestamp combiner: the driver's
+        assert windowing.windowfn.is_merging() and windowing.timestamp_combiner != window.TimestampCombiner.OUTPUT_AT_EOW
+        return
     direct = closing.panes([] if gathered else values, list(records.items()))
 
     state = trigger.InMemoryUnmergedState()
@@ -362,6 +373,7 @@ def test_a_new_keys_windows_closing_in_its_batch_get_beams_panes_without_its_dri
         assert got == beams
         assert not kept
     else:
+        # A value's own window: sessions drop before they merge.
         dropped = sum(1 for wv in values for w in wv.windows if previous > w.end + windowing.allowed_lateness)
         assert kept or dropped or any(pane != ON_TIME for *_, pane in beams)
 
@@ -371,8 +383,12 @@ def test_a_new_key_closing_in_its_batch_takes_the_direct_panes():
 
     windowing = Windowing(window.FixedWindows(10), allowed_lateness=5)
     values = [WindowedValue(v, Timestamp(v), (window.IntervalWindow(0, 10),)) for v in (1, 2)]
-    assert _ClosingKeys(windowing, MIN_TIMESTAMP, Timestamp(16), MIN_TIMESTAMP).panes(values, ()) is not None
+    assert _ClosingKeys.of(windowing, MIN_TIMESTAMP, Timestamp(16), MIN_TIMESTAMP).panes(values, ()) is not None
     # Not past the lateness yet: the window is kept for late values.
-    assert _ClosingKeys(windowing, MIN_TIMESTAMP, Timestamp(15), MIN_TIMESTAMP).panes(values, ()) is None
+    assert _ClosingKeys.of(windowing, MIN_TIMESTAMP, Timestamp(15), MIN_TIMESTAMP).panes(values, ()) is None
     # The window ended before the batch: its values are late, their pane is not the on-time one.
-    assert _ClosingKeys(windowing, Timestamp(10), Timestamp(30), MIN_TIMESTAMP).panes(values, ()) is None
+    assert _ClosingKeys.of(windowing, Timestamp(10), Timestamp(30), MIN_TIMESTAMP).panes(values, ()) is None
+    # Other triggers fire other panes.
+    early = Windowing(window.FixedWindows(10), triggerfn=trigger.AfterWatermark(early=trigger.AfterCount(1)),
+                      accumulation_mode=trigger.AccumulationMode.DISCARDING)
+    assert _ClosingKeys.of(early, MIN_TIMESTAMP, Timestamp(16), MIN_TIMESTAMP) is None

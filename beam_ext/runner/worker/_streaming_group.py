@@ -27,7 +27,7 @@ from apache_beam.utils import windowed_value
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, TIME_GRANULARITY, Duration, Timestamp
 from apache_beam.utils.windowed_value import create as new_windowed
 
-from beam_ext.runner._batch_panes import ON_TIME
+from beam_ext.runner._batch_panes import ON_TIME, MergedOnTimePanes
 from beam_ext.runner._element_batches import BATCH, BUNDLE_END
 from beam_ext.runner._metrics import RUNNER_NAMESPACE
 from beam_ext.runner._shuffle import windowed_records
@@ -201,17 +201,21 @@ _GLOBAL_WINDOWS = (GlobalWindow(),)
 class _ClosingKeys:
     """The panes of a key new in a batch whose windows all close in it, without Beam's driver.
 
-    Under the default trigger, in windows that do not merge, Beam's driver
-    given values of a key it keeps no state for adds them to their windows
+    Under the default trigger, Beam's driver given values of a key it keeps
+    no state for adds them to their windows (merged first, for sessions)
     and sets each window's end-of-window timer; the timer fires once the
     input watermark reaches the window's end, giving one on-time pane of all
     the window's values at its watermark hold; once the watermark is past
-    the end plus the allowed lateness, the window is forgotten
-    (:func:`_forget_unreachable`). Where each of the key's windows ends after
-    the batch's previous input watermark (so nothing fires or is dropped
-    before the timer) and more than the allowed lateness before its new one,
-    that is the key's whole run in the batch: :meth:`panes` gives those
-    panes, and the key keeps no state, as it would after the driver's run.
+    the end plus the allowed lateness (and the gap, for sessions), the
+    window is forgotten (:func:`_forget_unreachable`). Where no value's
+    window has expired under the batch's previous input watermark, and each
+    window (merged) ends after that watermark (so nothing fires before the
+    timer) and more than that reach before the new one, that is the key's
+    whole run in the batch: :meth:`panes` gives those panes, and the key
+    keeps no state, as it would after the driver's run. Sessions are merged
+    as batch merges them (:class:`~beam_ext.runner._batch_panes.MergedOnTimePanes`),
+    under the end-of-window timestamp combiner only: the one whose output
+    time batch and the streaming driver both take from the merged window.
 
     A grouping of many keys each closed in the batch that brought them (a
     ``Distinct`` or a per-key combine over a bounded read, a backlog caught
@@ -224,24 +228,34 @@ class _ClosingKeys:
         self._by_time = not isinstance(self._combiner, timeutil.DependsOnlyOnWindow)
         self._previous, self._watermark = previous_watermark, watermark
         self._lateness = windowing.allowed_lateness
+        self._reach = _reach(windowing)
         self._output_watermark = output_watermark
+        self._sessions = MergedOnTimePanes(windowing) if windowing.windowfn.is_merging() else None
         # window -> whether it closes in the batch, and its output time in
         # microseconds where that depends on the window alone (else None).
         self._windows: dict[Any, tuple[bool, int | None]] = {}
 
     @staticmethod
-    def of(driver: Any, context: BatchContext, previous_output_watermark: Timestamp) -> _ClosingKeys | None:
-        """For a grouping whose ``driver`` this applies to, else None."""
-        if not (isinstance(driver, NonMergingTriggerDriver) and driver.default_trigger):
+    def of(windowing: Any, previous_watermark: Timestamp, watermark: Timestamp,
+           output_watermark: Timestamp) -> _ClosingKeys | None:
+        """For a grouping of ``windowing`` in a batch moving its input
+        watermark from ``previous_watermark`` to ``watermark``, its output
+        watermark at ``output_watermark``; None where it does not apply."""
+        if windowing.triggerfn != trigger.DefaultTrigger():
             return None
-        return _ClosingKeys(driver.windowing, context.previous_watermark, context.watermark,
-                            previous_output_watermark)
+        windowfn = windowing.windowfn
+        if windowfn.is_merging() and not (type(windowfn) is Sessions
+                                          and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW):
+            return None
+        return _ClosingKeys(windowing, previous_watermark, watermark, output_watermark)
+
+    def _closes(self, end: Timestamp) -> bool:
+        return self._previous < end and self._watermark > end + self._reach
 
     def _window(self, window: Any) -> tuple[bool, int | None]:
         found = self._windows.get(window)
         if found is None:
-            end = window.end
-            closes = self._previous < end and self._watermark > end + self._lateness
+            closes = self._closes(window.end)
             at = None
             if closes and not self._by_time:
                 hold = watermark_hold(self._combiner, window, None, self._output_watermark)
@@ -253,6 +267,8 @@ class _ClosingKeys:
         """The key's panes, as Beam's driver fires them, for its windowed
         ``values`` and gathered ``records`` (as ``process_elements`` takes
         them); None where a window of theirs does not close in the batch."""
+        if self._sessions is not None:
+            return self._session_panes(values)
         by_time = self._by_time
         # window -> (values, their timestamps where the hold reads them), in arrival order
         by_window: dict[Any, tuple[list, list]] = {}
@@ -285,6 +301,19 @@ class _ClosingKeys:
             hold = watermark_hold(self._combiner, window, timestamps, self._output_watermark)
             panes.append(windowed_value.WindowedValue(
                 grouped, window.max_timestamp() if hold is None else hold, (window,), ON_TIME))
+        return panes
+
+    def _session_panes(self, values: list) -> list | None:
+        # A value whose own session ended more than the lateness before the
+        # previous watermark is dropped before any merge: counted, by the driver.
+        earliest_end = min(window._end_micros for wv in values for window in wv.windows)
+        if self._previous.micros > earliest_end + self._lateness.micros:
+            return None
+        panes = []
+        for pane in self._sessions.process_entire_key(None, values):
+            if not self._closes(pane.windows[0].end):
+                return None
+            panes.append(pane.with_value(pane.value[1]))
         return panes
 
 
@@ -402,7 +431,8 @@ def _panes_by_key(group: Any, context: BatchContext, previous_output_watermark: 
             decode = value_impl.decode_from_stream
             gathered[encoded_key].append((window_sets.of(encoded_windows), [decode(stream, True)
                                                                             for _ in range(count)]))
-    closing = _ClosingKeys.of(driver, context, previous_output_watermark)
+    closing = _ClosingKeys.of(group.windowing, context.previous_watermark, context.watermark,
+                              previous_output_watermark)
     for encoded_key in dict.fromkeys([*by_key, *gathered]) if gathered else by_key:
         state = states.get(encoded_key)
         if state is None:

@@ -171,8 +171,7 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
 
     def __init__(self, windowing: Any, clock: Any) -> None:
         super().__init__(windowing, clock)
-        self.windowing = windowing
-        self.default_trigger = windowing.triggerfn == trigger.DefaultTrigger()
+        self._default = windowing.triggerfn == trigger.DefaultTrigger()
         # The state is wrapped here, in the adapter above, not by Beam's code.
         self.is_merging = False
         self._views: dict[tuple[str, int], tuple[Any, Any]] = {}
@@ -244,7 +243,7 @@ class NonMergingTriggerDriver(trigger.GeneralTriggerDriver):
             if window in values_of:
                 values += values_of[window]
             state.add_all(window, self.ELEMENTS, values)
-            if self.default_trigger:
+            if self._default:
                 self.trigger_fn.on_element(values[-1], window, context)
             else:
                 for value in values:
