@@ -215,7 +215,8 @@ class _ClosingKeys:
     keeps no state, as it would after the driver's run. Sessions are merged
     as batch merges them (:class:`~beam_ext.runner._batch_panes.MergedOnTimePanes`),
     under the end-of-window timestamp combiner only: the one whose output
-    time batch and the streaming driver both take from the merged window.
+    time is the merged window's alone (under the others the driver's hold
+    leaves out values behind the output watermark, batch's has none to).
 
     A grouping of many keys each closed in the batch that brought them (a
     ``Distinct`` or a per-key combine over a bounded read, a backlog caught
