@@ -667,7 +667,8 @@ def test_a_grouping_of_panes_closing_as_they_come_gives_the_direct_runners_panes
 def test_sessions_of_panes_closing_as_they_come_give_the_direct_runners_panes(spark, tmp_path):
     """As above, in sessions: the second grouping's keys, new when the first
     grouping's panes reach it, merge and close in that micro-batch (the
-    batch's merging of sessions, ``_ClosingKeys``); a value coming after
+    batch's merging of sessions, ``_ClosingKeys``), the last at the end of
+    the stream; the first grouping, under the earliest-timestamp combiner,
     takes the driver."""
     events = [("elements", [("a", 1, 1), ("a", 2, 3), ("b", 3, 2), ("c", 4, 20), ("e", 5, 22)]),
               ("watermark", 50), ("elements", [("d", 6, 52)])]

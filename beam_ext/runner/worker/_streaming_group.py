@@ -7,7 +7,9 @@ panes (in windows that do not merge, the same driver doing part of its
 per-element work once per window: :mod:`._trigger_driver`), elements processed under
 the input watermark the group had before this batch, then timers (end of
 window, garbage collection, processing-time triggers) fired under the new
-one. The per-key states of a partition are saved as one version per batch,
+one; a key new in the batch whose windows all close in it gets its panes
+without the driver (:class:`_ClosingKeys`), a ``Reshuffle``'s keys pass
+through (:func:`_passed_through`). The per-key states of a partition are saved as one version per batch,
 like a stage's (:mod:`._streaming`). The panes are encoded for the
 stage that reads them, or, where the executor runs that stage in the same
 task (:func:`run_grouped_chain`), handed to its steps as objects.
@@ -305,10 +307,13 @@ class _ClosingKeys:
         return panes
 
     def _session_panes(self, values: list) -> list | None:
+        ends = [window._end_micros for wv in values for window in wv.windows]
         # A value whose own session ended more than the lateness before the
-        # previous watermark is dropped before any merge: counted, by the driver.
-        earliest_end = min(window._end_micros for wv in values for window in wv.windows)
-        if self._previous.micros > earliest_end + self._lateness.micros:
+        # previous watermark is dropped before any merge: counted, by the
+        # driver. The last merged session ends with the last value's: while
+        # it is open (a stream keeping up) nothing is merged here.
+        if (self._previous.micros > min(ends) + self._lateness.micros
+                or self._watermark.micros <= max(ends) + self._reach.micros):
             return None
         panes = []
         for pane in self._sessions.process_entire_key(None, values):
