@@ -324,6 +324,8 @@ def closing_keys(draw):
 # Two sessions, one of two values merged, closing at the end of the stream.
 @example((Windowing(window.Sessions(3)), [(0, 1), (1, 10), (2, 3)], (MIN_TIMESTAMP, MIN_TIMESTAMP, MAX_TIMESTAMP)),
          False)
+# A value whose own session expired before the batch, which a later value's session would take in.
+@example((Windowing(window.Sessions(3)), [(0, 1), (1, 3)], (MIN_TIMESTAMP, Timestamp(5), MAX_TIMESTAMP)), False)
 # A session past its end, not yet by the gap: a later value could still merge with it.
 @example((Windowing(window.Sessions(8)), [(0, 1)], (MIN_TIMESTAMP, MIN_TIMESTAMP, Timestamp(12))), False)
 def test_a_new_keys_windows_closing_in_its_batch_get_beams_panes_without_its_driver(run, gathered):
