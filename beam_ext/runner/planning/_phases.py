@@ -78,6 +78,14 @@ RUNNER_URNS = frozenset([common_urns.primitives.FLATTEN.urn,
                          common_urns.primitives.GROUP_BY_KEY.urn])
 SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
+
+def outputs_bounded(transform: beam_runner_api_pb2.PTransform, components: beam_runner_api_pb2.Components) -> bool:
+    """Whether every output of ``transform`` is a bounded PCollection (a
+    splittable ``DoFn``'s: a bounded read's, not ``PeriodicImpulse``'s)."""
+    return all(components.pcollections[pcoll].is_bounded == beam_runner_api_pb2.IsBounded.BOUNDED
+               for pcoll in transform.outputs.values())
+
+
 # Steps that split_after_splittable starts a stage at: those a stage on objects runs.
 _SPLIT_STEP_URNS = frozenset([common_urns.primitives.PAR_DO.urn, common_urns.primitives.ASSIGN_WINDOWS.urn])
 
@@ -110,16 +118,9 @@ def split_after_splittable(stages: Iterable[Stage], context: TransformContext,
     fused stage give x.999999 s.
     """
     stages = list(stages)
-    pcollections = context.components.pcollections
-    source_outputs = set()
-    for stage in stages:
-        for t in stage.transforms:
-            if t.spec.urn != SDF_PROCESS_URN:
-                continue
-            outputs = set(t.outputs.values())
-            if after_bounded or any(pcollections[pcoll].is_bounded != beam_runner_api_pb2.IsBounded.BOUNDED
-                                    for pcoll in outputs):
-                source_outputs |= outputs
+    source_outputs = {pcoll for stage in stages for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN
+                      and (after_bounded or not outputs_bounded(t, context.components))
+                      for pcoll in t.outputs.values()}
     for stage in stages:
         if not stage.transforms or any(t.spec.urn not in _SPLIT_STEP_URNS for t in stage.transforms):
             continue

@@ -24,7 +24,7 @@ from apache_beam.utils import proto_utils
 from beam_ext.runner._row_columns import RowColumns
 from beam_ext.runner._shuffle import ShuffleWriter
 from beam_ext.runner.planning._direct_chain import DirectEnd, direct_chain
-from beam_ext.runner.planning._phases import SDF_PROCESS_URN
+from beam_ext.runner.planning._phases import SDF_PROCESS_URN, outputs_bounded
 from beam_ext.runner.planning._test_stream import TestStreamSpec, test_stream_spec
 from beam_ext.runner.worker import StageSpec
 from beam_ext.runner.worker._direct import DirectChain
@@ -159,8 +159,7 @@ def _sdf_info(stage: Stage, components: beam_runner_api_pb2.Components, streamin
     processes = [t for t in stage.transforms if t.spec.urn == SDF_PROCESS_URN]
     if len(processes) != 1:
         return None
-    if streaming and any(components.pcollections[pcoll].is_bounded != beam_runner_api_pb2.IsBounded.BOUNDED
-                         for pcoll in processes[0].outputs.values()):
+    if streaming and not outputs_bounded(processes[0], components):
         return None
     payload = proto_utils.parse_Bytes(processes[0].spec.payload, beam_runner_api_pb2.ParDoPayload)
     try:
