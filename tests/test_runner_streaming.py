@@ -481,6 +481,36 @@ def test_groupings_on_separate_branches_share_a_spark_job(spark, tmp_path):
     assert read_lines(str(tmp_path / "spark.jsonl")) == read_lines(str(tmp_path / "direct.jsonl"))
 
 
+def test_a_reshuffle_before_a_grouping_costs_no_spark_job(spark, tmp_path):
+    """A Reshuffle's grouping fires every value in the micro-batch it arrives
+    in and keeps nothing, so it holds no watermark: the windowed grouping
+    after it need not wait for it. A micro-batch runs as many Spark jobs with
+    the Reshuffle as without it, and the panes stay the DirectRunner's."""
+    def build(p, reshuffle):
+        stream = TestStream()
+        for i in range(4):
+            stream = stream.add_elements([TV((f"k{i % 2}", i), i), TV(("j", i), i)]).advance_watermark_to(i)
+        events = p | stream.advance_watermark_to_infinity() | "Keep" >> beam.Map(lambda kv: kv)
+        if reshuffle:
+            events = events | beam.Reshuffle()
+        return _panes(events | beam.WindowInto(window.FixedWindows(2), trigger=trigger.AfterWatermark(
+            early=trigger.AfterCount(2)), accumulation_mode=trigger.AccumulationMode.DISCARDING)
+                      | beam.GroupByKey())
+
+    sc = spark.sparkContext
+    jobs = {}
+    for reshuffle in (True, False):
+        before = _last_job(sc)
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(["--streaming"])) as p:
+            _ = build(p, reshuffle) | beam.ParDo(AppendLines(str(tmp_path / f"spark_{reshuffle}.jsonl")))
+        jobs[reshuffle] = _last_job(sc) - before
+    assert jobs[True] == jobs[False]
+    with beam.Pipeline(runner="BundleBasedDirectRunner", options=PipelineOptions(["--streaming"])) as p:
+        _ = build(p, True) | beam.ParDo(AppendLines(str(tmp_path / "direct.jsonl")))
+    assert read_lines(str(tmp_path / "spark_True.jsonl")) == read_lines(str(tmp_path / "direct.jsonl"))
+    assert read_lines(str(tmp_path / "spark_False.jsonl")) == read_lines(str(tmp_path / "direct.jsonl"))
+
+
 def test_a_micro_batch_runs_each_partition_once(spark, tmp_path):
     """A grouping's stage and the stage reading its output are computed by the
     reader's tasks, not each in tasks of its own, and no empty partition is

@@ -437,9 +437,10 @@ class StreamingExecutor(BatchExecutor):
         """Brings the watermarks up to date before ``owner``, a stage whose
         tasks need their input watermark (timers, panes, side inputs).
 
-        Stages launched lazily run first only when one of them keeps state
-        and is upstream of ``owner``: a stage without state holds nothing, so
-        its output watermark is its input watermark whether it has run or
+        Stages launched lazily run first only when one of them may hold its
+        watermark (``MinWatermarks.holds``) and is upstream of ``owner``:
+        a stage without state, or a ``Reshuffle``'s grouping, holds nothing,
+        so its output watermark is its input watermark whether it has run or
         not, and running it in the same Spark job as its consumer saves a job
         per micro-batch; a stage on another branch (another source's
         grouping) does not reach ``owner``'s input watermark at all. A
@@ -448,7 +449,7 @@ class StreamingExecutor(BatchExecutor):
         """
         upstream = self._upstream[owner]
         force = self._watermarks.needs_producers_run or any(
-            p.owner in upstream and self._watermarks.stateful(p.owner) for p in self._pending)
+            p.owner in upstream and self._watermarks.holds(p.owner) for p in self._pending)
         self._settle(progress, force)
 
     def _force(self, progress: Progress) -> None:

@@ -110,6 +110,8 @@ class MinWatermarks:
             self._producers[f"stage{number}"] = list(dict.fromkeys(ups))
         for buffer_id, owner in group_owner.items():
             self._producers[owner] = [f"stage{n}" for n in producers.get(buffer_id, ())]
+        self._passing = frozenset(owner for buffer_id, owner in group_owner.items()
+                                  if plan.groups[buffer_id].passes_through)
 
     def width(self, owner: str) -> int:
         """How many processes ``owner`` has."""
@@ -147,6 +149,13 @@ class MinWatermarks:
         """Whether ``owner`` keeps state between batches: only such a stage or
         group can hold its output watermark behind its input watermark."""
         return owner.startswith("group") or self._plan.stages[int(owner[5:])].keeps_state
+
+    def holds(self, owner: str) -> bool:
+        """Whether ``owner``, once run, may hold its output watermark behind its
+        input watermark: a stage or grouping keeping state, but not a
+        ``Reshuffle``'s grouping (``GroupSpec.passes_through``), which fires
+        every value in the micro-batch it arrives in and keeps nothing."""
+        return self.stateful(owner) and owner not in self._passing
 
     def _count_gather(self, owner: str) -> None:
         self._counts["gathers"] += 1
