@@ -280,6 +280,35 @@ def _resumed(build, checkpoint: str, caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records]
 
 
+def test_a_checkpoint_planned_with_creates_expanded_by_beam_resumes(spark, tmp_path, caplog):
+    """Releases before 2026-11-30 (night) ran a streaming Create as Beam
+    expands it, a Reshuffle included (``PeriodicImpulse`` starts from one); a
+    checkpoint they wrote resumes with those stages."""
+    import os
+    import time
+
+    from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    from beam_ext.runner import native
+
+    start = time.time() + 2
+    path, checkpoint = str(tmp_path / "out.jsonl"), str(tmp_path / "ckpt")
+
+    def build(p):
+        _ = (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 3, fire_interval=0.25)
+             | "Offset" >> beam.Map(lambda t: round(float(t) - start, 3)) | beam.ParDo(AppendLines(path)))
+
+    earlier = _planned_earlier(spark, build, native_creates=False)
+    assert not any(stage.native is not None for stage in earlier.stages)
+    assert any(s.native is not None and s.native.urn == native.CREATE_URN for s in _planned_earlier(spark, build).stages)
+    _run_until_fourth_commit(spark, earlier, checkpoint, until=lambda: os.path.exists(path))
+    assert 0 < len(read_lines(path)) < 12
+
+    messages = _resumed(build, checkpoint, caplog)
+    assert any("its Creates run Beam's expansion" in message for message in messages)
+    assert sorted(read_lines(path)) == [i / 4 for i in range(12)]  # each impulse once
+
+
 def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spark, tmp_path, caplog):
     """Releases before the split fused the steps after a splittable DoFn into
     its stage; a checkpoint they wrote resumes with those stages."""
@@ -297,7 +326,7 @@ def test_a_checkpoint_planned_with_the_steps_in_the_splittable_stage_resumes(spa
         _ = (p | PeriodicImpulse(start_timestamp=start, stop_timestamp=start + 3, fire_interval=0.25)
              | "Offset" >> beam.Map(lambda t: round(float(t) - start, 3)) | beam.ParDo(AppendLines(path)))
 
-    earlier = _planned_earlier(spark, build, split_after_splittable=False)
+    earlier = _planned_earlier(spark, build, split_after_splittable=False, native_creates=False)
     assert not any("Offset" in step for stage in earlier.stages if stage.direct is not None for step in stage.steps)
     _run_until_fourth_commit(spark, earlier, checkpoint, until=lambda: os.path.exists(path))
     assert 0 < len(read_lines(path)) < 12
@@ -329,7 +358,7 @@ def test_a_checkpoint_planned_with_a_flattens_relay_stage_resumes(spark, tmp_pat
         _ = ({"l": left, "r": right} | beam.CoGroupByKey()
              | beam.MapTuple(lambda k, g: [k, sorted(g["l"]), sorted(g["r"])]) | beam.ParDo(AppendLines(path)))
 
-    earlier = _planned_earlier(spark, build, flattens_write_groupings=False)
+    earlier = _planned_earlier(spark, build, flattens_write_groupings=False, native_creates=False)
     assert any(stage.inputs and all(b.startswith(b"materialize:") and b.endswith(b"Flatten") for b in stage.inputs)
                for stage in earlier.stages)
     _run_until_fourth_commit(spark, earlier, checkpoint)
@@ -360,7 +389,7 @@ def test_a_checkpoint_planned_with_a_relay_stage_after_a_partition_resumes(spark
         _ = (parts | beam.Flatten() | "Key" >> beam.Map(lambda x: (int(x), x)) | beam.GroupByKey()
              | beam.MapTuple(lambda k, xs: [k, sorted(xs)]) | beam.ParDo(AppendLines(path)))
 
-    earlier = _planned_earlier(spark, build, flattens_in_stage=False)
+    earlier = _planned_earlier(spark, build, flattens_in_stage=False, native_creates=False)
     assert any(stage.inputs and all(b.startswith(b"materialize:") and b.endswith(b"Flatten") for b in stage.inputs)
                for stage in earlier.stages)
     _run_until_fourth_commit(spark, earlier, checkpoint)

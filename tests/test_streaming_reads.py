@@ -93,7 +93,7 @@ def _planned_as_before(spark, build):
     build(p)
     proto = p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
     return plan_pipeline(proto, 1 << 20, spark.sparkContext.defaultParallelism, streaming=True,
-                         native_reads=False, reads_whole=False)
+                         native_reads=False, reads_whole=False, native_creates=False)
 
 
 def _run(build, path: str, options: list[str]):

@@ -131,14 +131,17 @@ class SparkRunner(runner.PipelineRunner):
             unplanned = _copy(proto)
 
         def plan_it(pipeline_proto, **layout):
-            # The tracker reads each element's timestamp from the shuffle, and
-            # follows a splittable DoFn's records: with it, neither.
+            # The tracker reads each element's timestamp from the shuffle,
+            # follows a splittable DoFn's records, and hears from every
+            # producer of a source's output (a native Create sends nothing):
+            # with it, none of those.
             untracked = spark_options.watermarks != "tracker"
             return plan_pipeline(pipeline_proto, spark_options.spark_bundle_size, parallelism,
                                  spark_options.spark_state_backend, spark_options.spark_state_memory,
                                  is_drain=self._is_drain, streaming=streaming,
                                  group_memory_bytes=spark_options.spark_group_memory,
-                                 **{"gather_by_window": untracked, "reads_whole": untracked, **layout})
+                                 **{"gather_by_window": untracked, "reads_whole": untracked,
+                                    "native_creates": untracked, **layout})
 
         plan = plan_it(proto)
         if resumable:
@@ -167,13 +170,16 @@ class SparkRunner(runner.PipelineRunner):
 # How earlier releases planned a streaming pipeline, newest first: the
 # planning options that give their stages, and what differs.
 _EARLIER_LAYOUTS = (
-    (dict(native_reads=False, reads_whole=False),
+    (dict(native_creates=False),
+     "its Creates run Beam's expansion, with a Reshuffle, and keep the Reshuffles right after them"),
+    (dict(native_creates=False, native_reads=False, reads_whole=False),
      "its bounded reads run Beam's splittable DoFn, keeping their restrictions, the steps after them apart"),
-    (dict(native_reads=False, reads_whole=False, flattens_in_stage=False),
+    (dict(native_creates=False, native_reads=False, reads_whole=False, flattens_in_stage=False),
      "a stage reads back a Flatten of one stage's outputs, with steps before its GroupByKey"),
-    (dict(native_reads=False, reads_whole=False, flattens_write_groupings=False),
+    (dict(native_creates=False, native_reads=False, reads_whole=False, flattens_write_groupings=False),
      "a stage reads a Flatten back into a GroupByKey's shuffle"),
-    (dict(native_reads=False, reads_whole=False, flattens_write_groupings=False, split_after_splittable=False),
+    (dict(native_creates=False, native_reads=False, reads_whole=False, flattens_write_groupings=False,
+          split_after_splittable=False),
      "a stage reads a Flatten back into a GroupByKey's shuffle; the steps after a splittable DoFn share its stage"),
 )
 

@@ -581,7 +581,7 @@ class StreamingExecutor(BatchExecutor):
             self._write_from(owner, buffer_id, out.filter(lambda r, i=index: r[0] == i).values())
 
     def _run_native_read(self, owner: str, stage: PlannedStage) -> None:
-        """A bounded read of :data:`native.STREAMING_READS`, in the batch
+        """A bounded source of :data:`native.STREAMING_SOURCES` (a read, a Create), in the batch
         that has the impulse: its RDD is computed by its readers' tasks.
 
         It holds nothing back: its input is the impulse, whose watermark is
@@ -594,7 +594,7 @@ class StreamingExecutor(BatchExecutor):
         from pyspark import StorageLevel
 
         spec = stage.native
-        if spec.urn not in native.STREAMING_READS:  # planning substitutes no other in streaming
+        if spec.urn not in native.STREAMING_SOURCES:  # planning substitutes no other in streaming
             raise NotImplementedError(f"stage {stage.name!r} is Spark-native; streaming runs Beam expansions")
         context = native.NativeContext(sc=self._sc, parallelism=self._parallelism, step_name=spec.step_name,
                                        counter=_no_counter)

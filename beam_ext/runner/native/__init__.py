@@ -47,9 +47,10 @@ from beam_ext.transforms._native import NATIVE_PAYLOAD_ANNOTATION, NATIVE_URN_AN
 from beam_ext.transforms.lateness._gbk import NATIVE_URN as LATE_WINDOWED_GBK_URN
 from beam_ext.transforms.sliding._plan import NATIVE_URN as SLIDING_URN
 
-__all__ = ["DONE_ON_RETURN", "DRIVER_VALUES", "NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION",
+__all__ = ["CREATE_URN", "DONE_ON_RETURN", "DRIVER_VALUES", "NATIVE_PAYLOAD_ANNOTATION", "NATIVE_URN_ANNOTATION",
            "ONE_WINDOW_PER_ELEMENT", "READS_ARROW_ROWS", "READS_BATCHES", "RESHUFFLE_URN", "STREAMING_READS",
-           "TRANSLATIONS", "ArrowRows", "ElementBatches", "NativeContext", "NativeFn", "lookup_native"]
+           "STREAMING_SOURCES", "TRANSLATIONS", "ArrowRows", "ElementBatches", "NativeContext", "NativeFn",
+           "lookup_native"]
 
 
 class NativeCounter(Protocol):
@@ -121,6 +122,10 @@ DONE_ON_RETURN: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, W
 #: (then +inf, as its input is the impulse) lets downstream stages see as
 #: on time. Writes keep Beam's expansion in streaming.
 STREAMING_READS: frozenset[str] = frozenset({READ_TEXT_URN, READ_PARQUET_URN, READ_PARQUET_BATCHED_URN})
+
+#: Every source a streaming plan runs natively in the first micro-batch: the
+#: reads, and ``beam.Create``, whose values are fixed by the pipeline.
+STREAMING_SOURCES: frozenset[str] = STREAMING_READS | {CREATE_URN}
 
 
 #: Implementations whose elements the driver can list from the payload alone

@@ -37,14 +37,16 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
                   streaming: bool = False, group_memory_bytes: int = 256 << 20,
                   split_after_splittable: bool = True, flattens_write_groupings: bool = True,
                   gather_by_window: bool = True, flattens_in_stage: bool = True,
-                  native_reads: bool = True, reads_whole: bool = True) -> Plan:
+                  native_reads: bool = True, reads_whole: bool = True, native_creates: bool = True) -> Plan:
     """Plans ``proto`` (modified in place by native substitution).
 
     ``streaming``: TestStream stays a runner-executed source, and composites
     keep their Beam expansion but for the bounded file reads
-    (:data:`~beam_ext.runner.native.STREAMING_READS`), which run Spark-natively
-    in the first micro-batch; ``native_reads`` False keeps theirs too, as
-    earlier releases did, for their checkpoints.
+    (:data:`~beam_ext.runner.native.STREAMING_READS`) and ``beam.Create``,
+    which run Spark-natively in the first micro-batch, a ``Reshuffle`` right
+    after a Create dropped as in batch; ``native_reads`` False keeps the
+    reads' expansions too, and ``native_creates`` False the Creates' (and
+    their Reshuffles), as earlier releases did, for their checkpoints.
     ``split_after_splittable`` (streaming): the steps after a splittable
     ``DoFn`` get a stage of their own (:func:`._phases.split_after_splittable`);
     False plans as releases before it did, for their checkpoints.
@@ -67,11 +69,11 @@ def plan_pipeline(proto: beam_runner_api_pb2.Pipeline, bundle_bytes: int,
     checkpoints.
     """
     if streaming:
-        native_urns = substitute_natives(proto, native.STREAMING_READS if native_reads else frozenset())
+        native_urns = substitute_natives(proto, (native.STREAMING_READS if native_reads else frozenset())
+                                         | ({native.CREATE_URN} if native_creates else frozenset()))
     else:
         native_urns = substitute_natives(proto)
-    if not streaming:
-        drop_reshuffles_after_create(proto)
+    drop_reshuffles_after_create(proto)  # none to drop without a native Create
     runner_urns = RUNNER_URNS | native_urns
     if streaming:
         runner_urns |= {common_urns.primitives.TEST_STREAM.urn}

@@ -372,9 +372,11 @@ def substitute_natives(proto: beam_runner_api_pb2.Pipeline, only: frozenset[str]
     """Turns composites with a Spark-native implementation into leaves; returns their URNs.
 
     ``only``: the URNs that may be substituted (a streaming plan's); the
-    runner's own declarations (Create, Reshuffle) are then not made."""
-    if only is None:
+    runner's own declarations are then made only for those among them
+    (a Create's; a Reshuffle's never)."""
+    if only is None or native.CREATE_URN in only:
         declare_native_creates(proto)
+    if only is None:
         declare_native_reshuffles(proto)
     urns = set()
     for transform in proto.components.transforms.values():
