@@ -138,7 +138,7 @@ def test_a_reader_with_a_side_input_runs_in_the_groupings_tasks(spark, tmp_path)
         out = streaming_equals_direct(build, tmp_path)
     assert sorted(out) == [["sum", "a", 1], ["sum", "a", 3], ["sum", "b", 2], ["sum", "b", 4],
                            ["weighed", "a", 10], ["weighed", "a", 30], ["weighed", "b", 40], ["weighed", "b", 80]]
-    assert {"GroupByKey", "Table/MaybeReshuffle/Reshuffle/ReshufflePerKey/GroupByKey"} <= fused.steps
+    assert "GroupByKey" in fused.steps  # the Create of the table runs Spark-natively: no grouping of its own
 
 
 class _RunningSum(beam.DoFn):
