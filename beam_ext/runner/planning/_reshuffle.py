@@ -1,4 +1,4 @@
-"""Beam's ``Reshuffle`` in batch: given its Spark-native step, or dropped after a Spark-native ``Create``.
+"""Beam's ``Reshuffle``: given its Spark-native step in batch, or dropped after a Spark-native ``Create``.
 
 :func:`declare_native_reshuffles` annotates each ``Reshuffle`` with the
 native step of :mod:`beam_ext.runner.native._reshuffle`, which
