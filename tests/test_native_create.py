@@ -11,7 +11,7 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
-from pipeline_outputs import spark_jobs_run
+from pipeline_outputs import spark_jobs_run, streaming_equals_direct
 
 from beam_ext.runner import SparkRunner
 from beam_ext.runner.native import CREATE_URN
@@ -63,6 +63,27 @@ def test_elements_windows_and_timestamps_equal_beams(spark, tmp_path, values, ca
     assert got == want
     assert len(got) == len(values)
     assert f"runs Spark-natively ({CREATE_URN})" in caplog.text
+
+
+def _stream_element_info(value, ts=beam.DoFn.TimestampParam, window=beam.DoFn.WindowParam,
+                         pane=beam.DoFn.PaneInfoParam):
+    yield [repr(value), int(ts.micros), repr(window), repr(pane)]
+
+
+@pytest.mark.parametrize("values", [VALUES[0], VALUES[1], VALUES[2], VALUES[4]],
+                         ids=["ints", "mixed", "pickled", "empty"])
+def test_a_create_and_the_reshuffle_after_it_in_streaming_give_the_direct_runners_elements(
+        spark, tmp_path, values, caplog):
+    """In streaming too the Create runs natively and the Reshuffle reading it
+    is dropped; each element's value, timestamp, window and pane are the
+    DirectRunner's streaming engine's."""
+    def build(p):
+        return p | beam.Create(values) | beam.Reshuffle() | beam.ParDo(_stream_element_info)
+
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        out = streaming_equals_direct(build, tmp_path)
+    assert len(out) == len(values)
+    assert f"runs Spark-natively ({CREATE_URN})" in caplog.text and "step 'Reshuffle' dropped" in caplog.text
 
 
 def test_reshuffle_off_keeps_one_bundle_in_order(spark):
