@@ -9,10 +9,11 @@ the input watermark the group had before this batch, then timers (end of
 window, garbage collection, processing-time triggers) fired under the new
 one; a key new in the batch whose windows all close in it gets its panes
 without the driver (:class:`_ClosingKeys`), a ``Reshuffle``'s keys pass
-through (:func:`_passed_through`). The per-key states of a partition are saved as one version per batch,
-like a stage's (:mod:`._streaming`). The panes are encoded for the
-stage that reads them, or, where the executor runs that stage in the same
-task (:func:`run_grouped_chain`), handed to its steps as objects.
+through (:func:`_passed_through`). The per-key states of a partition are
+saved as one version per batch, like a stage's (:mod:`._streaming`). The
+panes are encoded for the stage that reads them, or, where the executor runs
+that stage in the same task (:func:`run_grouped_chain`), handed to its steps
+as objects.
 """
 from __future__ import annotations
 
@@ -275,25 +276,29 @@ class _ClosingKeys:
         by_time = self._by_time
         # window -> (values, their timestamps where the hold reads them), in arrival order
         by_window: dict[Any, tuple[list, list]] = {}
+
+        def entry_of(window: Any) -> tuple[list, list] | None:
+            """The window's entry; None if it does not close in the batch."""
+            entry = by_window.get(window)
+            if entry is None and self._window(window)[0]:
+                entry = by_window[window] = ([], [])
+            return entry
+
         last, last_entry = None, None  # consecutive values mostly share their window object
         for wv in values:
             for window in wv.windows:
-                entry = last_entry if window is last else by_window.get(window)
+                entry = last_entry if window is last else entry_of(window)
                 if entry is None:
-                    if not self._window(window)[0]:
-                        return None
-                    entry = by_window[window] = ([], [])
+                    return None
                 entry[0].append(wv.value)
                 if by_time:
                     entry[1].append(wv.timestamp)  # a new Timestamp at each read
                 last, last_entry = window, entry
         for windows, gathered in records:
             for window in windows:
-                entry = by_window.get(window)
+                entry = entry_of(window)
                 if entry is None:
-                    if not self._window(window)[0]:
-                        return None
-                    entry = by_window[window] = ([], [])
+                    return None
                 entry[0].extend(gathered)
         panes = []
         for window, (grouped, timestamps) in by_window.items():
