@@ -92,7 +92,7 @@ def _typed(groups: dict) -> dict:
 
 
 def _shuffled(rows_or_none, encode_key, encode_value, kvs, memory: int, sample: int, cut: int) -> list[bytes]:
-    gathered = KeyedValues(1, memory_bytes=memory, blob_bytes=256, rows=rows_or_none)
+    gathered = KeyedValues(1, memory_bytes=memory, blob_bytes=256, blocks=rows_or_none)
     gathered._sample = sample
     blobs = []
     for start in range(0, len(kvs), cut):
@@ -133,7 +133,7 @@ def test_blocks_give_the_groups_and_errors_row_coder_gives(case, memory, sample,
     blocks = _shuffled(rows, encode_key, encode_value, kvs, memory, sample, cut)
     window_ = Windowing(window.GlobalWindows())
     plain_reader = GroupReader(pre, post, window_, trivial=True, memory_bytes=reader_memory)
-    reader = GroupReader(pre, post, window_, trivial=True, memory_bytes=reader_memory, rows=rows)
+    reader = GroupReader(pre, post, window_, trivial=True, memory_bytes=reader_memory, blocks=rows)
     want = _groups(plain_reader, post, plain)
     got = _groups(reader, post, blocks)
     assert _typed(got) == _typed(want)
@@ -151,7 +151,7 @@ def test_a_key_of_many_rows_travels_as_one_block_and_small_keys_as_encodings():
     data = {key: (count, data) for blob in blocks for key, count, data in _records(blob)}
     assert data[encode_key(0)][0] == 100 and data[encode_key(0)][1][0] == 0  # a block: a zero byte first
     assert data[encode_key(1)] == (1, encode_value(kvs[-1][1]))  # RowCoder's length-prefixed encoding
-    reader = GroupReader(pre, post, Windowing(window.GlobalWindows()), trivial=True, rows=rows)
+    reader = GroupReader(pre, post, Windowing(window.GlobalWindows()), trivial=True, blocks=rows)
     got = _groups(reader, post, blocks)
     assert got[0] == [row_coder.to_type_hint()(i, i / 2) for i in range(100)]
     assert got[1] == [row_coder.to_type_hint()(7, 0.5)]
@@ -206,7 +206,7 @@ def test_the_plan_shuffles_rows_of_plain_fields_as_blocks():
     _pipeline(p) | beam.MapTuple(_seen)
     _ = p | "Other" >> beam.Create([(1, 2)]) | beam.GroupByKey()
     groups = plan_pipeline(p.to_runner_api(), 1 << 20, 2).groups
-    assert {spec.step: spec.rows is not None for spec in groups.values()} == {
+    assert {spec.step: spec.blocks is not None for spec in groups.values()} == {
         "GroupBy(key)/GroupByKey": True, "GroupByKey": False}
 
 

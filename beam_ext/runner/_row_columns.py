@@ -8,8 +8,8 @@ fields the shuffle can do better. Where a grouping's values are rows whose
 fields are all ``INT64``, ``DOUBLE``, ``STRING``, ``BOOLEAN``, ``BYTES`` or
 Beam's Python ``Any`` (nullable or not), a task gathering a key's values
 before the shuffle (:class:`~beam_ext.runner._shuffle.KeyedValues`) holds
-each row's field values and writes a key's rows as one *block*: a zero byte, the length, and
-the ``marshal`` encoding of the rows' columns. The reader turns a block back
+each row's field values and writes a key's rows as one *block*
+(:mod:`._value_blocks`) of the ``marshal`` encoding of the rows' columns. The reader turns a block back
 into the named tuples ``RowCoder`` decodes to (the same class, the same
 field values), or, for a stage reading encoded elements, into the rows'
 ``RowCoder`` encodings.
@@ -20,21 +20,17 @@ an int, float, str, bytes or bool; ``None`` where the field is nullable),
 ints within int64, strings that encode to UTF-8. Otherwise, and for keys of
 fewer than :data:`_MIN_BLOCK_ROWS` rows, the rows are encoded by
 ``RowCoder``, which raises what it always raised for a value it refuses.
-Blocks and encoded rows mix in one key's data: the shuffle's values are
-length-prefixed encodings, whose first byte is never zero, so a zero byte
-starts a block. The writer and the reader run the same Python, so
-``marshal``'s format is theirs.
+Blocks and encoded rows mix in one key's data (:mod:`._value_blocks`). The
+writer and the reader run the same Python, so ``marshal``'s format is theirs.
 """
 from __future__ import annotations
 
 import functools
 import marshal
-import struct
 from itertools import repeat
 from operator import attrgetter
 from typing import Any, Callable, Iterable
 
-from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.coders.coders import (
     BooleanCoder,
     BytesCoder,
@@ -46,6 +42,8 @@ from apache_beam.coders.coders import (
     VarIntCoder,
 )
 from apache_beam.coders.row_coder import RowCoder
+
+from beam_ext.runner._value_blocks import block, only_block, parts
 
 # The field coders a block stands in for: the Python types whose values each
 # one decodes to the same type and value, and a value of one of them. Beam's
@@ -59,7 +57,6 @@ _KINDS: dict[type, tuple[frozenset, Any]] = {
 _FIELD_BYTES = 32
 _ROW_BYTES = 64
 _INT64 = (-(1 << 63), (1 << 63) - 1)
-_HEAD = struct.Struct(">BI")  # 0, then the marshal bytes' length
 # A key's rows held as fields: from 4 rows a block costs less, written and read,
 # than RowCoder encodings made from the fields (benchmarks/row_blocks.py --held).
 _MIN_BLOCK_ROWS = 4
@@ -135,8 +132,7 @@ class RowColumns:
         if len(rows) >= _MIN_BLOCK_ROWS:
             columns = list(zip(*rows))
             if all(map(self._fits, columns, self._checks)):
-                payload = marshal.dumps(columns)
-                return _HEAD.pack(0, len(payload)) + payload
+                return block(marshal.dumps(columns))
         # RowCoder reads the fields by name from the rows a reader would get.
         return b"".join(map(self._encode, map(self._make, rows)))
 
@@ -163,13 +159,12 @@ class RowColumns:
 
     def decode(self, data: bytes) -> list:
         """The rows of ``data``: blocks and encodings of one key, in order."""
-        if data[0] == 0:
-            length = _HEAD.unpack_from(data)[1]
-            if length + _HEAD.size == len(data):
-                return self._rows(marshal.loads(memoryview(data)[_HEAD.size:]))
+        payload = only_block(data)
+        if payload is not None:
+            return self._rows(marshal.loads(payload))
         out: list = []
         decode_row = self._decode_row
-        for kind, part in self._parts(data):
+        for kind, part in parts(data):
             if kind:
                 out.append(decode_row(part))
             else:
@@ -186,25 +181,10 @@ class RowColumns:
         """``data`` with its blocks replaced by their rows' encodings, as a
         reader of encoded elements takes them."""
         encode = self._encode
-        parts = []
-        for kind, part in self._parts(data):
-            parts.append(self._prefixed(part) if kind else b"".join(map(encode, self._rows(marshal.loads(part)))))
-        return b"".join(parts)
+        return b"".join(self._prefixed(part) if kind else b"".join(map(encode, self._rows(marshal.loads(part))))
+                        for kind, part in parts(data))
 
     def _rows(self, columns: list) -> list:
         if self._fast_new:
             return list(map(tuple.__new__, repeat(self._type), zip(*columns)))
         return list(map(self._type, *columns))
-
-    @staticmethod
-    def _parts(data: bytes) -> Iterable[tuple[bool, bytes]]:
-        """``(True, a row's encoding)`` or ``(False, a block's marshal bytes)``, in order."""
-        stream = create_InputStream(data)
-        while stream.size() > 0:
-            first = stream.read_byte()
-            if first == 0:
-                yield False, stream.read(struct.unpack(">I", stream.read(4))[0])
-                continue
-            # The rest of the length's varint, then the row's encoding.
-            length = first if first < 0x80 else (first & 0x7F) | (stream.read_var_int64() << 7)
-            yield True, stream.read(length)

@@ -31,11 +31,14 @@ from beam_ext._key_hash import key_hash
 from beam_ext.runner._batch_panes import pane_driver
 from beam_ext.runner._element_batches import Same, batched, windowed
 from beam_ext.runner._group_spill import KEY_OVERHEAD, VALUE_OVERHEAD, ExternalGrouping, Group, SpillStats
+from beam_ext.runner._pickled_values import OWN_TYPES, PickledValues
 from beam_ext.runner._row_columns import RowColumns
 
 _CHUNK_BYTES = 4 << 20
 _PLAIN_KEYS = frozenset({int, str, bytes})
 _SIZED = frozenset({str, bytes})  # field values whose length counts against a KeyedValues budget
+# A grouping's values written as blocks: schema rows as columns, or objects Beam pickles.
+Blocks = RowColumns | PickledValues
 
 
 def identity_partition(partition: int) -> int:
@@ -88,11 +91,11 @@ def as_decoded(panes: Iterable[windowed_value.WindowedValue]) -> Iterator[window
 class ShuffleWriter:
     """Splits encoded windowed KVs into ``(key bytes, payload)`` pairs."""
 
-    def __init__(self, pre_coder: coders.WindowedValueCoder, trivial: bool, rows: RowColumns | None = None,
+    def __init__(self, pre_coder: coders.WindowedValueCoder, trivial: bool, blocks: Blocks | None = None,
                  by_window: bool = False) -> None:
         self._coder = pre_coder
         self._trivial = trivial
-        self.rows = rows  # a trivial grouping's schema rows, which KeyedValues writes as blocks
+        self.blocks = blocks  # how KeyedValues writes a trivial grouping's values as blocks, if it may
         self.by_window = by_window  # objects are gathered per key and windows (WindowedKeyedValues)
 
     def split(self, data: bytes) -> Iterator[tuple[bytes, bytes]]:
@@ -219,20 +222,31 @@ class KeyedValues:
     flushes them and writes plain pairs from then on, which cost less when
     keys rarely repeat (a ``GroupByKey`` of 1M keys over 2M values).
     Values come out of the grouping in another order than arrival, which a
-    GroupByKey leaves unspecified. Given ``rows``, the values are schema
-    rows: it holds each one's field values and writes a key's rows as a
-    block of columns (:mod:`._row_columns`).
+    GroupByKey leaves unspecified. Given :class:`~._row_columns.RowColumns`
+    as ``blocks``, the values are schema rows: it holds each one's field
+    values and writes a key's rows as a block of columns. Given
+    :class:`~._pickled_values.PickledValues`, it holds the values Beam's coder
+    would pickle as objects, at most ``_PENDING`` of them across keys, and
+    then pickles each key's as one block, whose bytes count from then on.
     """
 
     _MIN_VALUES_PER_KEY = 4
     _SAMPLE = 16_384
+    # Objects held unpickled: enough for a block per key of tens of values at
+    # hundreds of keys; their memory, not counted, is that of so many elements.
+    _PENDING = 4_096
 
     def __init__(self, partitions: int, memory_bytes: int = 16 << 20, blob_bytes: int = 1 << 20,
-                 rows: RowColumns | None = None) -> None:
+                 blocks: Blocks | None = None) -> None:
         self._partitions = partitions
         self._memory_bytes = memory_bytes
         self._blob_bytes = blob_bytes
-        self._rows = rows  # the values are schema rows, held as their fields and written as blocks
+        # Schema rows held as their fields and written as blocks, or the objects Beam pickles.
+        self._rows = blocks if type(blocks) is RowColumns else None
+        self._objects = blocks if type(blocks) is PickledValues else None
+        self._pending: dict[bytes, list] = {}  # a key's objects held unpickled
+        self._pending_count = 0
+        self._extra: dict[bytes, int] = {}  # a key's values beyond its held entries, in its blocks of objects
         self._table: dict[bytes, list] = {}
         # Encodings of the held keys of an int, str or bytes: one encoding per key and flush,
         # not per value. Of these exact types, equal keys encode equally; of others (1, 1.0,
@@ -249,13 +263,13 @@ class KeyedValues:
         if self._pairs is not None:
             yield from self._pairs.add_values(kvs, encode_key, encode_value)
             return
-        rows = self._rows
+        rows, objects = self._rows, self._objects
         # Schema rows are held as their fields' values, whose str and bytes add their lengths.
         fields, row_bytes, sized = (rows.fields, rows.row_bytes, rows.sized) if rows is not None else (None, 0, ())
         table, budget, sample = self._table, self._memory_bytes, self._sample
         held, count = self._held, self._count
         get = table.get
-        keys, plain = self._keys, _PLAIN_KEYS
+        keys, plain, own = self._keys, _PLAIN_KEYS, OWN_TYPES
         kvs = iter(kvs)
         for k, v in kvs:
             if type(k) in plain:
@@ -264,19 +278,23 @@ class KeyedValues:
                     key = keys[k] = encode_key(k)
             else:
                 key = encode_key(k)
-            if fields is None:
-                value = encode_value(v)
-                held += len(value) + VALUE_OVERHEAD
-            else:
+            if fields is not None:
                 value = fields(v)
                 held += row_bytes
                 for i in sized:
                     if type(value[i]) in _SIZED:
                         held += len(value[i])
+            elif objects is None or type(v) in own or not objects.pickles(v):
+                value = encode_value(v)
+                held += len(value) + VALUE_OVERHEAD
+            else:
+                value = None
             values = get(key)
             if values is None:
-                table[key] = [value]
+                values = table[key] = []
                 held += len(key) + KEY_OVERHEAD
+            if value is None:
+                held += self._hold(key, v)
             else:
                 values.append(value)
             count += 1
@@ -297,32 +315,60 @@ class KeyedValues:
         self._pairs = Buckets(self._partitions, self._blob_bytes)
         yield from self._pairs.add_values(kvs, encode_key, encode_value)
 
+    def _hold(self, key: bytes, value: Any) -> int:
+        """Holds an object Beam would pickle; the bytes added to what is held."""
+        pending = self._pending.get(key)
+        if pending is None:
+            self._pending[key] = [value]
+        else:
+            pending.append(value)
+        self._pending_count += 1
+        return self._pickle_pending() if self._pending_count == self._PENDING else 0
+
+    def _pickle_pending(self) -> int:
+        """Each key's held objects pickled as one block among its entries; the bytes added."""
+        table, extra, encode = self._table, self._extra, self._objects.encode
+        added = 0
+        for key, objects in self._pending.items():
+            data = encode(objects)
+            table[key].append(data)
+            extra[key] = extra.get(key, 0) + len(objects) - 1
+            added += len(data) + VALUE_OVERHEAD
+        self._pending.clear()
+        self._pending_count = 0
+        return added
+
     def flush(self) -> Iterator[tuple[int, bytes]]:
         """Every held key's record, packed into blobs per target partition."""
+        if self._pending:
+            self._pickle_pending()
         join = b"".join if self._rows is None else self._rows.encode
-        yield from _packed(((key, None, values) for key, values in self._table.items()), _GROUPED,
+        extra = self._extra
+        yield from _packed(((key, None, len(values) + extra.get(key, 0), values)
+                            for key, values in self._table.items()), _GROUPED,
                            self._partitions, self._blob_bytes, join)
         self._table.clear()
         self._keys.clear()
+        extra.clear()
         self._held, self._count = 0, 0
         if self._pairs is not None:
             yield from self._pairs.flush()
 
 
-def _packed(records: Iterable[tuple[bytes, bytes | None, list]], kind: int, partitions: int, blob_bytes: int,
+def _packed(records: Iterable[tuple[bytes, bytes | None, int, list]], kind: int, partitions: int, blob_bytes: int,
             join: Callable[[list], bytes]) -> Iterator[tuple[int, bytes]]:
-    """``(key, windows or None, values)`` records packed into blobs of ``kind``
-    per target partition: each a key, its windows if any, a count and the
-    joined values."""
+    """``(key, windows or None, count, values)`` records packed into blobs of
+    ``kind`` per target partition: each a key, its windows if any, the count
+    of values and the joined values."""
     streams = [_new_stream(kind) for _ in range(partitions)]
     hash_ = key_hash
-    for key, windows, values in records:
+    for key, windows, count, values in records:
         target = hash_(key) % partitions
         out = streams[target]
         out.write(key, True)
         if windows is not None:
             out.write(windows, True)
-        out.write_var_int64(len(values))
+        out.write_var_int64(count)
         out.write(join(values), True)
         if out.size() >= blob_bytes:
             yield target, out.get()
@@ -445,7 +491,8 @@ class WindowedKeyedValues:
 
     def flush(self) -> Iterator[tuple[int, bytes]]:
         """Every held record, packed into blobs per target partition."""
-        yield from _packed(((key, windows, values) for (key, windows), values in self._table.items()), _WINDOWED,
+        yield from _packed(((key, windows, len(values), values) for (key, windows), values in self._table.items()),
+                           _WINDOWED,
                            self._partitions, self._blob_bytes, b"".join)
         self._table.clear()
         self._keys.clear()
@@ -513,20 +560,20 @@ class GroupReader:
 
     def __init__(self, pre_coder: coders.WindowedValueCoder,
                  post_coder: coders.WindowedValueCoder, windowing: Any, trivial: bool,
-                 step: str = "", memory_bytes: int = 256 << 20, rows: RowColumns | None = None) -> None:
+                 step: str = "", memory_bytes: int = 256 << 20, blocks: Blocks | None = None) -> None:
         self._pre = pre_coder
         self._post = post_coder
         self._windowing = windowing
         self._trivial = trivial
         self.step = step
         self._memory_bytes = memory_bytes
-        self._rows = rows  # the values' blocks of schema rows, if writers may have written some
+        self._blocks = blocks  # how writers may have written the values as blocks
 
     def read(self, blobs: Iterable[bytes], stats: SpillStats | None = None) -> Iterator[bytes]:
         """The grouped elements of ``blobs``, encoded; ``stats`` counts what spilled."""
         with self._grouped(blobs, stats) as groups:
             if self._trivial:
-                yield from self._assemble_global(groups, self._rows)
+                yield from self._assemble_global(groups, self._blocks)
                 return
             out_impl = self._post.get_impl()
             out = create_OutputStream()
@@ -560,11 +607,11 @@ class GroupReader:
             decode_value = iterable_coder.value_coder().get_impl().decode_nested
             decode_values = iterable_coder.get_impl().decode_from_stream
             pack = struct.Struct(">i").pack
-            rows = self._rows
+            blocks = self._blocks
             batch, size = [], 0
             for key, count, pieces in groups:
-                if rows is not None:
-                    values = rows.decode_all(pieces)
+                if blocks is not None:
+                    values = blocks.decode_all(pieces)
                 elif count == len(pieces) and count < 8:
                     # A few values, a piece each: decoding each beats joining and parsing
                     # them; from 8 values on the iterable coder's loop wins (benchmarks/group_read.py).
@@ -590,14 +637,14 @@ class GroupReader:
             grouping.close()
 
     @staticmethod
-    def _assemble_global(groups: Iterable[Group], rows: RowColumns | None) -> Iterator[bytes]:
+    def _assemble_global(groups: Iterable[Group], blocks: Blocks | None) -> Iterator[bytes]:
         header = _on_time_global_header()
         pack = struct.Struct(">i").pack
         parts: list[bytes] = []
         size = 0
         for key, count, pieces in groups:
-            if rows is not None:
-                pieces = list(map(rows.encoded, pieces))
+            if blocks is not None:
+                pieces = list(map(blocks.encoded, pieces))
             parts += (header, key, pack(count))
             parts += pieces
             size += len(key) + sum(map(len, pieces))

@@ -21,6 +21,7 @@ from apache_beam.transforms.trigger import AccumulationMode, Always
 from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
 from apache_beam.utils import proto_utils
 
+from beam_ext.runner._pickled_values import PickledValues
 from beam_ext.runner._row_columns import RowColumns
 from beam_ext.runner._shuffle import ShuffleWriter
 from beam_ext.runner.planning._direct_chain import DirectEnd, direct_chain
@@ -40,7 +41,8 @@ class GroupSpec:
     trivial: bool  # global window, default trigger: values stay encoded
     step: str = ""  # the GroupByKey's name, for metrics
     memory_bytes: int = 256 << 20  # a task's budget before it spills sorted runs
-    rows: RowColumns | None = None  # a trivial grouping's schema rows, shuffled as blocks of columns
+    # A trivial grouping's values shuffled as blocks: schema rows as columns, or objects Beam pickles.
+    blocks: RowColumns | PickledValues | None = None
     # A Reshuffle's grouping, in streaming: its panes are read by nobody but
     # the Reshuffle's own last step, which gives each element its timestamp,
     # windows and pane back. So each key's values of a batch pass through as
@@ -213,15 +215,19 @@ class StagePlanner:
             # In streaming every group runs Beam's trigger driver on whole
             # windowed values (worker/_streaming_group.py), never the bytes-only path.
             trivial = windowing.is_default() and not self.streaming
-            # Stages on objects write a trivial grouping's rows of plain fields as blocks.
-            rows = RowColumns.of(self._channel_coder(in_pcoll).wrapped_value_coder.value_coder()) if trivial else None
+            # Stages on objects write a trivial grouping's rows of plain fields, or the
+            # objects Beam's coder would pickle one by one, as blocks.
+            blocks = None
+            if trivial:
+                value_coder = self._channel_coder(in_pcoll).wrapped_value_coder.value_coder()
+                blocks = RowColumns.of(value_coder) or PickledValues.of(value_coder)
             # Default windowing can keep keys and values as opaque bytes (the
             # safe coders); anything else needs the real windows and keys.
             self._groups[buffer_id] = GroupSpec(
                 pre_coder=self._channel_coder(in_pcoll, safe=trivial),
                 post_coder=self._channel_coder(out_pcoll, safe=trivial),
                 windowing=windowing, trivial=trivial, step=gbk.unique_name,
-                memory_bytes=self.group_memory, rows=rows,
+                memory_bytes=self.group_memory, blocks=blocks,
                 passes_through=self.streaming and gbk_id in self._reshuffle_groups()
                 and _fires_every_element(windowing),
                 by_window=self.streaming and self.gather_by_window and not windowing.windowfn.is_merging()
@@ -361,7 +367,7 @@ class StagePlanner:
             if split_buffer_id(outputs[index])[0] == "group":
                 # The real coder, not the runner's bytes view: the chain encodes objects.
                 group = self._group_spec(outputs[index])
-                shuffle = ShuffleWriter(coder, group.trivial, group.rows, group.by_window)
+                shuffle = ShuffleWriter(coder, group.trivial, group.blocks, group.by_window)
             ends[transform_id] = DirectEnd(index, coder, shuffle)
         return direct_chain(stage.transforms, input_coder=input_coder, ends=ends, windowing_of=self._windowing,
                             side_input=side_input, combine_fn=combine_fn, partitions=self._partitions,

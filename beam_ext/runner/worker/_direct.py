@@ -1255,7 +1255,7 @@ def _shuffled(chain: DirectChain, last: str, batches: Iterator[list],
     shuffle = chain.shuffle
     trivial = shuffle.trivial
     if trivial:
-        buckets = KeyedValues(chain.partitions, rows=shuffle.rows)
+        buckets = KeyedValues(chain.partitions, blocks=shuffle.blocks)
     elif shuffle.by_window:
         buckets = WindowedKeyedValues(shuffle, chain.partitions)
     else:
