@@ -27,18 +27,24 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import apache_beam as beam
 import numpy as np
 from apache_beam.coders import VarIntCoder
-from apache_beam.io import iobase
+from apache_beam.io import fileio, iobase
 from apache_beam.io.range_trackers import OffsetRangeTracker
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
-from apache_beam.transforms import trigger, userstate, window
+from apache_beam.transforms import combiners, trigger, userstate, window
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _user_classes import Purchase  # noqa: E402
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# The Python workers import _user_classes too: Beam's coder pickles its instances by reference.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH")]))
 
 TARGET_VS_DIRECT = 2.0  # issue 14's target against DirectRunner
 _SHARDS = 8
@@ -469,6 +475,50 @@ def _combine_with_side(p, n):
                                  at_least=beam.pvalue.AsSingleton(floor)))
 
 
+class _EveryMinute(window.NonMergingWindowFn):
+    """A user's own window function: one-minute windows, assigned in Python."""
+
+    def assign(self, context):
+        start = int(context.timestamp) - int(context.timestamp) % 60
+        return [window.IntervalWindow(start, start + 60)]
+
+    def get_window_coder(self):
+        return beam.coders.coders.IntervalWindowCoder()
+
+
+class _Purchase(NamedTuple):
+    key: int
+    amount: float
+
+
+beam.coders.registry.register_coder(_Purchase, beam.coders.RowCoder)
+
+
+class _PaneTimings(beam.DoFn):
+    """Each pane's timing and size, read from ``PaneInfoParam``."""
+
+    def process(self, kv, pane=beam.DoFn.PaneInfoParam):
+        yield pane.timing, len(kv[1])
+
+
+def _match_read(p, n):
+    """fileio.MatchFiles and ReadMatches of a glob, each file's lines parsed, summed per remainder of 100."""
+    return (p | fileio.MatchFiles(_text_files(n)) | fileio.ReadMatches()
+            | beam.FlatMap(lambda f: f.read_utf8().splitlines()) | beam.Map(lambda line: (int(line) % 100, int(line)))
+            | beam.CombinePerKey(sum))
+
+
+def _keys_values(p, n):
+    """Keys and Values of the same pairs, each summed, the two sums flattened."""
+    pairs = _numbers(p, n) | beam.Map(lambda x: (x % 1000, x))
+    return ((pairs | beam.Keys() | "SumKeys" >> beam.CombineGlobally(sum),
+             pairs | beam.Values() | "SumValues" >> beam.CombineGlobally(sum)) | beam.Flatten())
+
+
+def _window_start(kv, w=beam.DoFn.WindowParam):
+    return int(w.start), kv
+
+
 CASES: dict[str, tuple[str, Callable]] = {
     "cogbk": ("CoGroupByKey, n and n/10 numbers over 10,000 keys", lambda p, n: (
         {"a": _numbers(p, n) | "KeyA" >> beam.Map(lambda x: (x % 10_000, x)),
@@ -657,6 +707,47 @@ CASES: dict[str, tuple[str, Callable]] = {
         | beam.GroupIntoBatches.WithShardedKey(100)
         | beam.MapTuple(lambda k, vs: (k.key, len(vs))) | beam.CombinePerKey(sum))),
     "combine_side": ("CombinePerKey of a function with an AsSingleton side input (max with a floor), 100 keys", _combine_with_side),
+    "custom_windowfn": ("a user's own NonMergingWindowFn (1-minute), CombinePerKey(sum), 100 keys", lambda p, n: (
+        _stamped(p, n, 3600) | beam.WindowInto(_EveryMinute()) | beam.CombinePerKey(sum) | beam.Map(_window_start))),
+    "tuple_combine": ("CombinePerKey(SingleInputTupleCombineFn(sum, max, min)), 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x))
+        | beam.CombinePerKey(combiners.SingleInputTupleCombineFn(sum, max, min)))),
+    "namedtuple_groupby": ("NamedTuple rows (RowCoder), GroupBy(key).aggregate_field(sum), 100 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: _Purchase(x % 100, float(x))).with_output_types(_Purchase)
+        | beam.GroupBy("key").aggregate_field("amount", sum, "total") | beam.Map(tuple))),
+    "numpy_values": ("numpy arrays of n/10 as values, GroupByKey, each group summed, 100 keys", lambda p, n: (
+        _numbers(p, n // 10) | beam.Map(lambda x: (x % 100, np.arange(4) + x)) | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (k, int(np.sum(vs)))))),
+    "reify_window": ("Reify.Window after 1-minute windows, counted per window start", lambda p, n: (
+        _stamped(p, n, 3600) | beam.WindowInto(window.FixedWindows(60)) | beam.Reify.Window()
+        | beam.Map(lambda v: int(v[2].start)) | "Global" >> beam.WindowInto(window.GlobalWindows())
+        | beam.combiners.Count.PerElement())),
+    "top_largest_per_key": ("Top.LargestPerKey(3), 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.combiners.Top.LargestPerKey(3))),
+    "match_read": ("fileio.MatchFiles, ReadMatches of 8 files, lines parsed, CombinePerKey(sum), 100 keys", _match_read),
+    "string_keys": ("CombinePerKey(sum) of string keys, 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (f"user{x % 1000}", x)) | beam.CombinePerKey(sum))),
+    "pane_info": ("GroupByKey in 1-minute windows, a DoFn reading PaneInfoParam, sizes summed per timing", lambda p, n: (
+        _stamped(p, n, 3600) | beam.WindowInto(window.FixedWindows(60)) | beam.GroupByKey()
+        | beam.ParDo(_PaneTimings()) | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.CombinePerKey(sum))),
+    "typed_gbk": ("typed pairs (with_output_types), GroupByKey, the groups' sizes, 1,000 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)).with_output_types(tuple[int, int])
+        | beam.GroupByKey() | beam.MapTuple(lambda k, vs: (k, len(vs))))),
+    "rewindow": ("CombinePerKey in 1-minute windows, re-windowed to 10 minutes, combined again, 100 keys", lambda p, n: (
+        _stamped(p, n, 3600) | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
+        | "Ten" >> beam.WindowInto(window.FixedWindows(600)) | "Again" >> beam.CombinePerKey(sum)
+        | beam.Map(_window_start))),
+    "to_string_kvs": ("ToString.Kvs of sums per key (1,000 keys), Distinct lengths", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.CombinePerKey(sum) | beam.ToString.Kvs()
+        | beam.Map(len) | beam.Distinct())),
+    "partition_combine": ("Partition in 3, flattened, CombinePerKey(sum), 100 keys", lambda p, n: (
+        (_numbers(p, n) | beam.Map(lambda x: (x % 100, x)) | beam.Partition(lambda kv, k: kv[1] % k, 3))
+        | beam.Flatten() | beam.CombinePerKey(sum))),
+    "keys_values": ("Keys and Values of pairs (1,000 keys), each summed", _keys_values),
+    "dataclass_values": ("dataclass values (pickled by Beam's coder), GroupByKey, 1,000 keys, sizes and sums",
+                         lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, Purchase(x % 1000, float(x), "book"))) | beam.GroupByKey()
+        | beam.MapTuple(lambda k, ps: (k, len(ps), sum(p.amount for p in ps))))),
 }
 
 
