@@ -113,6 +113,31 @@ def test_custom_window_fn(tmp_path):
     assert spark_equals_direct(build, tmp_path) == [[0.0, 1], [2.0, 5], [4.0, 4]]
 
 
+class _WindowPerElement(window.NonMergingWindowFn):
+    """A user WindowFn reading the element and the window it was in: a window
+    as long as the element's value, from the start of the window it was in."""
+
+    def assign(self, context):
+        start = context.window.start if isinstance(context.window, window.IntervalWindow) else context.timestamp
+        return [window.IntervalWindow(start, start + context.element[1])]
+
+    def get_window_coder(self):
+        return beam.coders.coders.IntervalWindowCoder()
+
+
+def test_a_custom_window_fn_reads_the_element_and_each_window_it_was_in(tmp_path):
+    """Elements in two sliding windows each, re-windowed by a user's function
+    of the element and the window: asked once per window, as Beam asks it."""
+    def build(p):
+        return (_timestamped(p, [(("k", i % 3 + 1), i) for i in range(7)])
+                | "Slide" >> beam.WindowInto(window.SlidingWindows(4, 2))
+                | "Mine" >> beam.WindowInto(_WindowPerElement())
+                | beam.GroupByKey()
+                | beam.Map(lambda kv, w=beam.DoFn.WindowParam: (float(w.start), float(w.end), sorted(kv[1]))))
+    out = spark_equals_direct(build, tmp_path)
+    assert [2.0, 5.0, [3, 3]] in out and sum(len(values) for _, _, values in out) == 14
+
+
 class _MeanFn(beam.CombineFn):
     def create_accumulator(self):
         return 0.0, 0

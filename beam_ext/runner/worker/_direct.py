@@ -526,8 +526,12 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
             dofn.setup()  # once per instance: the pool keeps it for later tasks
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise _failed(name) from exc
-    if type(dofn) is AssignWindows and (assign := assigner(dofn.windowfn)) is not None:
-        yield from _assign_windows(name, assign, tracker, state, batches)
+    if type(dofn) is AssignWindows:
+        assign = assigner(dofn.windowfn)
+        if assign is not None:
+            yield from _assign_windows(name, assign, tracker, state, batches)
+        else:
+            yield from _assign_by_windowfn(name, dofn.windowfn, tracker, state, batches)
         return
     check = _checks_output(dofn)
     with_params = _param_invoker(dofn, args, kwargs)
@@ -702,6 +706,31 @@ def _assign_windows(name: str, windows_at: Callable[[int], tuple], tracker: _Tra
                 value = wv.value
                 for _ in wv.windows:
                     out.append(new_windowed(value, micros, new_windows))
+            yield out
+        except Exception as exc:  # noqa: BLE001 - re-raised naming the step
+            raise _failed(name) from exc
+
+
+def _assign_by_windowfn(name: str, windowfn: Any, tracker: _Tracker, state: _State,
+                        batches: Iterator[Same | list]) -> Iterator[Same | list]:
+    """``WindowInto`` with any other window function (a user's own), as
+    :class:`AssignWindows` runs it, without a DoFn call per element: the
+    function's ``assign`` asked once per window the element was in, with
+    its value, timestamp and that window; timestamp kept, pane unknown."""
+    from apache_beam.transforms.window import WindowFn
+
+    context, assign = WindowFn.AssignContext, windowfn.assign
+    for batch in batches:
+        if type(batch) is Marker:
+            yield batch
+            continue
+        tracker.enter(state)
+        try:
+            out: list = []
+            for wv in windowed(batch):
+                value, micros, timestamp = wv.value, wv.timestamp_micros, wv.timestamp
+                for w in wv.windows:
+                    out.append(new_windowed(value, micros, tuple(assign(context(timestamp, element=value, window=w)))))
             yield out
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise _failed(name) from exc
