@@ -443,8 +443,9 @@ def test_the_partial_combine_evicts_its_oldest_keys_and_loses_none():
 PLAIN_FNS = [combiners.CountCombineFn(), combiners.MeanCombineFn(), core.CombineFn.maybe_from_callable(sum),
              core.CombineFn.maybe_from_callable(min), core.CombineFn.maybe_from_callable(max),
              # What a pipeline's CombinePerKey(sum) carries once it is a proto.
-             core.NoSideInputsCallableWrapperCombineFn(sum)]
-PLAIN_IDS = ["count", "mean", "sum", "min", "max", "sum-no-side-inputs"]
+             core.NoSideInputsCallableWrapperCombineFn(sum),
+             combiners.SingleInputTupleCombineFn(sum, max, min, combiners.CountCombineFn(), combiners.MeanCombineFn())]
+PLAIN_IDS = ["count", "mean", "sum", "min", "max", "sum-no-side-inputs", "single-input-tuple"]
 
 
 def _partial_combine(fn, kvs: list, max_keys: int | None = None) -> list:

@@ -1,8 +1,8 @@
 """Plain accumulators for the partial combine: Beam's arithmetic without a call per element.
 
 Count's, Mean's and ``sum``/``min``/``max``'s CombineFns (and a
-``TupleCombineFn`` of them, as ``GroupBy(...).aggregate_field(...)`` builds)
-add a value by plain arithmetic. The partial combine keeps a table of plain
+``TupleCombineFn`` of them, as ``GroupBy(...).aggregate_field(...)`` builds,
+or a ``SingleInputTupleCombineFn``) add a value by plain arithmetic. The partial combine keeps a table of plain
 accumulators per key, updated by the same arithmetic in the same order, and
 emits for each the accumulator Beam's own, compacted, equals: to the bit,
 a float's rounding and sign of zero included
@@ -147,6 +147,20 @@ def _add_tuples(kinds: tuple[_Kind, ...], table: dict, kvs: Any) -> None:
                 update(acc, value)
 
 
+def _add_single_input_tuples(kinds: tuple[_Kind, ...], table: dict, kvs: Any) -> None:
+    # SingleInputTupleCombineFn: every component adds the same value.
+    get = table.get
+    news = [kind.new for kind in kinds]
+    updates = [kind.update for kind in kinds]
+    for key, value in kvs:
+        accs = get(key)
+        if accs is None:
+            table[key] = [new(value) for new in news]
+        else:
+            for update, acc in zip(updates, accs):
+                update(acc, value)
+
+
 def _count_keys(counts: Counter, kvs: Any) -> None:
     # CountCombineFn.add_input: accumulator + 1, whatever the value; the keys counted in C.
     counts.update(map(itemgetter(0), kvs))
@@ -156,6 +170,13 @@ def plain_accumulators(fn: Any) -> PlainAccumulators | None:
     """Plain accumulators of ``fn``, a CombineFn whose add_input is plain arithmetic; else None."""
     if type(fn) is combiners.CountCombineFn:
         return PlainAccumulators(_count_keys, lambda count: count, Counter)
+    if type(fn) is combiners.SingleInputTupleCombineFn:
+        kinds = tuple(_kind(part) for part in fn._combiners)
+        if not kinds or None in kinds:
+            return None
+        finishes = [kind.finish for kind in kinds]
+        return PlainAccumulators(functools.partial(_add_single_input_tuples, kinds),
+                                 lambda accs: [finish(acc) for finish, acc in zip(finishes, accs)])
     kind = _kind(fn)
     return None if kind is None else PlainAccumulators(kind.add, kind.finish)
 
