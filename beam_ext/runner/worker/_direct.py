@@ -527,11 +527,9 @@ def _run_step(name: str, dofn: Any, args: tuple, kwargs: dict, window_fn: Any, t
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise _failed(name) from exc
     if type(dofn) is AssignWindows:
-        assign = assigner(dofn.windowfn)
-        if assign is not None:
-            yield from _assign_windows(name, assign, tracker, state, batches)
-        else:
-            yield from _assign_by_windowfn(name, dofn.windowfn, tracker, state, batches)
+        windows_at = assigner(dofn.windowfn)
+        assign = _by_windowfn(dofn.windowfn) if windows_at is None else _by_standard_windows(windows_at)
+        yield from _assign_windows(name, assign, tracker, state, batches)
         return
     check = _checks_output(dofn)
     with_params = _param_invoker(dofn, args, kwargs)
@@ -680,60 +678,62 @@ def _in_bundles(name: str, dofn: Any, tagged: bool, tracker: _Tracker, state: _S
     yield from finish()
 
 
-def _assign_windows(name: str, windows_at: Callable[[int], tuple], tracker: _Tracker, state: _State,
-                    batches: Iterator[Same | list]) -> Iterator[Same | list]:
-    """``WindowInto`` with one of Beam's standard window functions (see
-    :mod:`beam_ext.runner._window_assign`), as :class:`AssignWindows` would run:
-    each element once per window it was in, since Beam calls it per window;
-    timestamp kept, pane unknown. A batch sharing a timestamp is assigned once."""
+def _assign_windows(name: str, assign: Callable[[Same | list], Iterator[Same | list]], tracker: _Tracker,
+                    state: _State, batches: Iterator[Same | list]) -> Iterator[Same | list]:
+    """A ``WindowInto`` step, each batch assigned by ``assign`` (:func:`_by_standard_windows`
+    or :func:`_by_windowfn`), as :class:`AssignWindows` would run: each element
+    once per window it was in, since Beam calls it per window; timestamp kept, pane unknown."""
     for batch in batches:
         if type(batch) is Marker:
             yield batch
             continue
         tracker.enter(state)
         try:
-            if type(batch) is Same:
-                template = batch.template
-                micros = template.timestamp_micros
-                new = Same(new_windowed(None, micros, windows_at(micros)), batch.values)
-                for _ in template.windows:
-                    yield new
-                continue
-            out: list = []
-            for wv in batch:
-                micros = wv.timestamp_micros
-                new_windows = windows_at(micros)
-                value = wv.value
-                for _ in wv.windows:
-                    out.append(new_windowed(value, micros, new_windows))
-            yield out
+            yield from assign(batch)
         except Exception as exc:  # noqa: BLE001 - re-raised naming the step
             raise _failed(name) from exc
 
 
-def _assign_by_windowfn(name: str, windowfn: Any, tracker: _Tracker, state: _State,
-                        batches: Iterator[Same | list]) -> Iterator[Same | list]:
-    """``WindowInto`` with any other window function (a user's own), as
-    :class:`AssignWindows` runs it, without a DoFn call per element: the
-    function's ``assign`` asked once per window the element was in, with
-    its value, timestamp and that window; timestamp kept, pane unknown."""
+def _by_standard_windows(windows_at: Callable[[int], tuple]) -> Callable[[Same | list], Iterator[Same | list]]:
+    """Assignment by one of Beam's standard window functions (see
+    :mod:`beam_ext.runner._window_assign`): a batch sharing a timestamp is assigned once."""
+    def assign(batch: Same | list) -> Iterator[Same | list]:
+        if type(batch) is Same:
+            template = batch.template
+            micros = template.timestamp_micros
+            new = Same(new_windowed(None, micros, windows_at(micros)), batch.values)
+            for _ in template.windows:
+                yield new
+            return
+        out: list = []
+        for wv in batch:
+            micros = wv.timestamp_micros
+            new_windows = windows_at(micros)
+            value = wv.value
+            for _ in wv.windows:
+                out.append(new_windowed(value, micros, new_windows))
+        yield out
+
+    return assign
+
+
+def _by_windowfn(windowfn: Any) -> Callable[[Same | list], Iterator[list]]:
+    """Assignment by any other window function (a user's own), without a DoFn
+    call per element: its ``assign`` asked once per window the element was
+    in, with the element's value, timestamp and that window, as Beam asks it."""
     from apache_beam.transforms.window import WindowFn
 
-    context, assign = WindowFn.AssignContext, windowfn.assign
-    for batch in batches:
-        if type(batch) is Marker:
-            yield batch
-            continue
-        tracker.enter(state)
-        try:
-            out: list = []
-            for wv in windowed(batch):
-                value, micros, timestamp = wv.value, wv.timestamp_micros, wv.timestamp
-                for w in wv.windows:
-                    out.append(new_windowed(value, micros, tuple(assign(context(timestamp, element=value, window=w)))))
-            yield out
-        except Exception as exc:  # noqa: BLE001 - re-raised naming the step
-            raise _failed(name) from exc
+    context, windows_of = WindowFn.AssignContext, windowfn.assign
+
+    def assign(batch: Same | list) -> Iterator[list]:
+        out: list = []
+        for wv in windowed(batch):
+            value, micros, timestamp = wv.value, wv.timestamp_micros, wv.timestamp
+            for w in wv.windows:
+                out.append(new_windowed(value, micros, tuple(windows_of(context(timestamp, element=value, window=w)))))
+        yield out
+
+    return assign
 
 
 def _fan_out(out: list, results: Iterable, template: Any, outputs: Callable, tracker: _Tracker,
@@ -1090,7 +1090,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
         sessions = PartialSessions(create, add_all, compact, gap=gap)
     keyed_at = keyed_assigner(folded) if folded is not None and plain and not default else None
     if folded is not None and sessions is None and keyed_at is None:
-        batches = _assign_windows(combine.name, assigner(folded), tracker, state, batches)
+        batches = _assign_windows(combine.name, _by_standard_windows(assigner(folded)), tracker, state, batches)
     global_wv = GlobalWindows.windowed_value(None)
     table: dict = plain.new_table() if plain else {}
     window_of: dict = {}  # window_key -> window, for plain windowed accumulators

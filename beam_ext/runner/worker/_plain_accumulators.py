@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import operator
 from collections import Counter
+from itertools import repeat
 from operator import itemgetter
 from typing import Any, Callable
 
@@ -149,16 +150,12 @@ def _add_tuples(kinds: tuple[_Kind, ...], table: dict, kvs: Any) -> None:
 
 def _add_single_input_tuples(kinds: tuple[_Kind, ...], table: dict, kvs: Any) -> None:
     # SingleInputTupleCombineFn: every component adds the same value.
-    get = table.get
-    news = [kind.new for kind in kinds]
-    updates = [kind.update for kind in kinds]
-    for key, value in kvs:
-        accs = get(key)
-        if accs is None:
-            table[key] = [new(value) for new in news]
-        else:
-            for update, acc in zip(updates, accs):
-                update(acc, value)
+    _add_tuples(kinds, table, ((key, repeat(value)) for key, value in kvs))
+
+
+def _finished_tuples(kinds: tuple[_Kind, ...]) -> Callable[[list], list]:
+    finishes = [kind.finish for kind in kinds]
+    return lambda accs: [finish(acc) for finish, acc in zip(finishes, accs)]
 
 
 def _count_keys(counts: Counter, kvs: Any) -> None:
@@ -174,9 +171,7 @@ def plain_accumulators(fn: Any) -> PlainAccumulators | None:
         kinds = tuple(_kind(part) for part in fn._combiners)
         if not kinds or None in kinds:
             return None
-        finishes = [kind.finish for kind in kinds]
-        return PlainAccumulators(functools.partial(_add_single_input_tuples, kinds),
-                                 lambda accs: [finish(acc) for finish, acc in zip(finishes, accs)])
+        return PlainAccumulators(functools.partial(_add_single_input_tuples, kinds), _finished_tuples(kinds))
     kind = _kind(fn)
     return None if kind is None else PlainAccumulators(kind.add, kind.finish)
 
@@ -195,6 +190,4 @@ def plain_tuple_accumulators(fn: Any) -> PlainAccumulators | None:
     if len(kinds) == 1:
         (kind,) = kinds
         return PlainAccumulators(kind.add, lambda acc: [kind.finish(acc)])
-    finishes = [kind.finish for kind in kinds]
-    return PlainAccumulators(functools.partial(_add_tuples, kinds),
-                             lambda accs: [finish(acc) for finish, acc in zip(finishes, accs)])
+    return PlainAccumulators(functools.partial(_add_tuples, kinds), _finished_tuples(kinds))
