@@ -13,14 +13,14 @@ import apache_beam as beam
 import numpy as np
 import pytest
 from apache_beam import coders
-from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.transforms import window
 from apache_beam.transforms.core import Windowing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_ext.runner._pickled_values import PickledValues
-from beam_ext.runner._shuffle import GroupReader, KeyedValues, _records
+from beam_ext.runner._shuffle import GroupReader, _records
+from tests._block_shuffle import BundleConsumer, groups_both_ways, shuffled
 
 
 @dataclasses.dataclass
@@ -103,28 +103,10 @@ def _case(draw):
     return kvs
 
 
-def _shuffled(blocks, encode_key, encode_value, kvs, memory: int, sample: int, cut: int, pending: int) -> list[bytes]:
-    gathered = KeyedValues(1, memory_bytes=memory, blob_bytes=256, blocks=blocks)
-    gathered._sample = sample
-    gathered._PENDING = pending
-    blobs = []
-    for start in range(0, len(kvs), cut):
-        blobs += gathered.add(kvs[start:start + cut], encode_key, encode_value)
-    blobs += gathered.flush()
-    return [blob for _, blob in blobs]
-
 
 def _groups(reader: GroupReader, post, blobs: list[bytes]) -> dict:
     """The groups as ``read_batches`` gives them, checked against ``read``'s encoding."""
-    objects = {wv.value[0]: list(wv.value[1]) for batch in reader.read_batches(blobs, post, 1 << 20, 7)
-               for wv in batch}
-    impl = post.get_impl()
-    encoded = {}
-    for chunk in reader.read(blobs):
-        stream = create_InputStream(chunk)
-        while stream.size() > 0:
-            key, values = impl.decode_from_stream(stream, True).value
-            encoded[key] = list(values)
+    objects, encoded = groups_both_ways(reader, post, blobs)
     assert _sorted(encoded) == _sorted(objects)
     return objects
 
@@ -152,7 +134,7 @@ def test_pickled_blocks_give_the_groups_beams_coder_gives(kvs, memory, sample, r
     want = collections.defaultdict(list)
     for k, v in kvs:
         want[k].append(value_coder.decode(value_coder.encode(v)))
-    written = _shuffled(blocks, encode_key, encode_value, kvs, memory, sample, cut, pending)
+    written = shuffled(blocks, encode_key, encode_value, kvs, memory, sample, cut, pending)
     reader = GroupReader(pre, post, Windowing(window.GlobalWindows()), trivial=True, memory_bytes=reader_memory,
                          blocks=blocks)
     got = _groups(reader, post, written)
@@ -166,7 +148,7 @@ def test_a_keys_objects_travel_as_one_block_and_beams_own_values_as_its_encoding
     encode_key, encode_value = kv.key_coder().get_impl().encode_nested, kv.value_coder().get_impl().encode_nested
     arrays = [np.arange(3) + i for i in range(100)]
     kvs = [(0, a) for a in arrays] + [(1, "a string"), (1, _Event(1, 2.0, []))]
-    written = _shuffled(blocks, encode_key, encode_value, kvs, 1 << 20, 10 ** 6, 1000, 4096)
+    written = shuffled(blocks, encode_key, encode_value, kvs, 1 << 20, 10 ** 6, 1000, 4096)
     data = {key: (count, data) for blob in written for key, count, data in _records(blob)}
     count, zero = data[encode_key(0)]
     assert count == 100 and zero[0] == 0  # one block: a zero byte first
@@ -188,7 +170,7 @@ def test_a_value_pickle_refuses_raises_what_beams_coder_raises():
     with pytest.raises(TypeError, match="a _Refused value cannot be pickled"):
         encode_value(_Refused())
     with pytest.raises(TypeError, match="a _Refused value cannot be pickled"):
-        _shuffled(PickledValues.of(value_coder), encode_key, encode_value, kvs, 1 << 20, 10 ** 6, 100, 4096)
+        shuffled(PickledValues.of(value_coder), encode_key, encode_value, kvs, 1 << 20, 10 ** 6, 100, 4096)
 
 
 def test_only_beams_length_prefixed_pickling_coder_has_pickled_blocks():
@@ -215,16 +197,6 @@ def _seen(key, values):
     """What a consumer of the groups sees: each value's type and contents."""
     return key, sorted(repr(_canonical(v)) for v in values)
 
-
-class _BundleConsumer(beam.DoFn):
-    """Has bundle methods: its stage reads the groups encoded, in Beam's bundle processor."""
-
-    def start_bundle(self):
-        self.groups = 0
-
-    def process(self, element):
-        self.groups += 1
-        yield _seen(*element)
 
 
 def _pipeline(p):
@@ -261,7 +233,7 @@ def test_objects_grouped_on_spark_are_the_values_made(spark_group_memory, reader
     want = [_seen(key, values) for key, values in expected.items()]
     p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions([f"--spark_group_memory={spark_group_memory}"]))
     grouped = _pipeline(p)
-    seen = grouped | (beam.MapTuple(_seen) if reader == "objects" else beam.ParDo(_BundleConsumer()))
+    seen = grouped | (beam.MapTuple(_seen) if reader == "objects" else beam.ParDo(BundleConsumer(_seen)))
     assert_that(seen, equal_to(want))
     p.run().wait_until_finish()
 

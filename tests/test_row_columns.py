@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from apache_beam import coders
 from apache_beam.coders import typecoders
-from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.transforms import window
 from apache_beam.transforms.core import Windowing
 from apache_beam.typehints.row_type import RowTypeConstraint
@@ -17,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_ext.runner._row_columns import RowColumns
-from beam_ext.runner._shuffle import GroupReader, KeyedValues, _records
+from beam_ext.runner._shuffle import GroupReader, _records
+from tests._block_shuffle import BundleConsumer, groups_both_ways, shuffled
 
 # (name, type, values of that type, values RowCoder changes or refuses in such a field)
 _FIELDS = {
@@ -72,15 +72,7 @@ def _case(draw):
 
 def _groups(reader: GroupReader, post, blobs: list[bytes]) -> dict:
     """The groups as ``read_batches`` gives them, checked against ``read``'s encoding."""
-    objects = {wv.value[0]: list(wv.value[1]) for batch in reader.read_batches(blobs, post, 1 << 20, 7)
-               for wv in batch}
-    impl = post.get_impl()
-    encoded = {}
-    for chunk in reader.read(blobs):
-        stream = create_InputStream(chunk)
-        while stream.size() > 0:
-            key, values = impl.decode_from_stream(stream, True).value
-            encoded[key] = list(values)
+    objects, encoded = groups_both_ways(reader, post, blobs)
     assert _typed(encoded) == _typed(objects)
     return objects
 
@@ -90,15 +82,6 @@ def _typed(groups: dict) -> dict:
     return {key: sorted((type(row).__qualname__, tuple((type(v).__name__, repr(v)) for v in row)) for row in rows)
             for key, rows in groups.items()}
 
-
-def _shuffled(rows_or_none, encode_key, encode_value, kvs, memory: int, sample: int, cut: int) -> list[bytes]:
-    gathered = KeyedValues(1, memory_bytes=memory, blob_bytes=256, blocks=rows_or_none)
-    gathered._sample = sample
-    blobs = []
-    for start in range(0, len(kvs), cut):
-        blobs += gathered.add(kvs[start:start + cut], encode_key, encode_value)
-    blobs += gathered.flush()
-    return [blob for _, blob in blobs]
 
 
 @settings(max_examples=150, deadline=None)
@@ -127,10 +110,10 @@ def test_blocks_give_the_groups_and_errors_row_coder_gives(case, memory, sample,
     if refused:
         # Rows are encoded a key at a time, so the first refused row may be another one.
         with pytest.raises(tuple(refused)):
-            _shuffled(rows, encode_key, encode_value, kvs, memory, sample, cut)
+            shuffled(rows, encode_key, encode_value, kvs, memory, sample, cut)
         return
-    plain = _shuffled(None, encode_key, encode_value, kvs, memory, sample, cut)
-    blocks = _shuffled(rows, encode_key, encode_value, kvs, memory, sample, cut)
+    plain = shuffled(None, encode_key, encode_value, kvs, memory, sample, cut)
+    blocks = shuffled(rows, encode_key, encode_value, kvs, memory, sample, cut)
     window_ = Windowing(window.GlobalWindows())
     plain_reader = GroupReader(pre, post, window_, trivial=True, memory_bytes=reader_memory)
     reader = GroupReader(pre, post, window_, trivial=True, memory_bytes=reader_memory, blocks=rows)
@@ -147,7 +130,7 @@ def test_a_key_of_many_rows_travels_as_one_block_and_small_keys_as_encodings():
     kv = pre.wrapped_value_coder
     encode_key, encode_value = kv.key_coder().get_impl().encode_nested, kv.value_coder().get_impl().encode_nested
     kvs = [(0, _Values(i=i, f=i / 2)) for i in range(100)] + [(1, _Values(i=7, f=0.5))]
-    blocks = _shuffled(rows, encode_key, encode_value, kvs, 1 << 20, 10 ** 6, 1000)
+    blocks = shuffled(rows, encode_key, encode_value, kvs, 1 << 20, 10 ** 6, 1000)
     data = {key: (count, data) for blob in blocks for key, count, data in _records(blob)}
     assert data[encode_key(0)][0] == 100 and data[encode_key(0)][1][0] == 0  # a block: a zero byte first
     assert data[encode_key(1)] == (1, encode_value(kvs[-1][1]))  # RowCoder's length-prefixed encoding
@@ -183,16 +166,6 @@ def _seen(key, rows):
     return key, sorted((type(r).__name__.startswith("BeamSchema_"), r.key, r.amount, r.name or "", str(r.tag))
                        for r in rows)
 
-
-class _BundleConsumer(beam.DoFn):
-    """Has bundle methods: its stage reads the groups encoded, in Beam's bundle processor."""
-
-    def start_bundle(self):
-        self.groups = 0
-
-    def process(self, element):
-        self.groups += 1
-        yield _seen(*element)
 
 
 def _pipeline(p):
@@ -230,7 +203,7 @@ def test_rows_grouped_on_spark_equal_plain_python(spark_group_memory, reader):
     want = [(k, [(True, *fields) for _, *fields in seen]) for k, seen in want]
     p = beam.Pipeline(runner=SparkRunner(), options=PipelineOptions([f"--spark_group_memory={spark_group_memory}"]))
     grouped = _pipeline(p)
-    seen = grouped | (beam.MapTuple(_seen) if reader == "objects" else beam.ParDo(_BundleConsumer()))
+    seen = grouped | (beam.MapTuple(_seen) if reader == "objects" else beam.ParDo(BundleConsumer(_seen)))
     assert_that(seen, equal_to(want))
     p.run().wait_until_finish()
 
