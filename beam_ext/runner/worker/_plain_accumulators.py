@@ -2,11 +2,12 @@
 
 Count's, Mean's and ``sum``/``min``/``max``'s CombineFns (and a
 ``TupleCombineFn`` of them, as ``GroupBy(...).aggregate_field(...)`` builds,
-or a ``SingleInputTupleCombineFn``) add a value by plain arithmetic. The partial combine keeps a table of plain
-accumulators per key, updated by the same arithmetic in the same order, and
-emits for each the accumulator Beam's own, compacted, equals: to the bit,
-a float's rounding and sign of zero included
-(``tests/test_direct_stages.py`` compares them with Beam's ``add_input``).
+or a ``SingleInputTupleCombineFn``) add a value by plain arithmetic. The
+partial combine keeps a table of plain accumulators per key, updated by the
+same arithmetic in the same order, and emits for each the accumulator
+Beam's own, compacted, equals: to the bit, a float's rounding and sign of
+zero included (``tests/test_direct_stages.py`` compares them with Beam's
+``add_input``).
 """
 from __future__ import annotations
 
