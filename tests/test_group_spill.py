@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from beam_ext._key_hash import key_hash
 from beam_ext.runner._group_spill import ExternalGrouping, SpillStats
 from beam_ext.runner._shuffle import Buckets, GroupReader, KeyedValues, ShuffleWriter, unpack
+from tests._block_shuffle import groups_both_ways
 
 _KV = coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder()])
 _GROUPED = coders.TupleCoder([coders.StrUtf8Coder(), coders.IterableCoder(coders.VarIntCoder())])
@@ -176,16 +177,9 @@ _KVS = st.lists(st.tuples(st.sampled_from(["a", "b", "", "hot"]) | st.text(max_s
 
 def _kv_groups(reader: GroupReader, blobs: list[bytes]) -> dict[str, list[int]]:
     """The groups ``read_batches`` gives, values sorted, checked against ``read``'s encoding."""
-    objects = {wv.value[0]: sorted(wv.value[1])
-               for batch in reader.read_batches(blobs, reader._post, 1 << 20, 7) for wv in batch}
-    impl = reader._post.get_impl()
-    encoded = {}
-    for chunk in reader.read(blobs):
-        stream = create_InputStream(chunk)
-        while stream.size() > 0:
-            key, values = impl.decode_from_stream(stream, True).value
-            encoded[key] = sorted(values)
-    assert encoded == objects
+    objects, encoded = groups_both_ways(reader, reader._post, blobs)
+    objects = {key: sorted(values) for key, values in objects.items()}
+    assert {key: sorted(values) for key, values in encoded.items()} == objects
     return objects
 
 
