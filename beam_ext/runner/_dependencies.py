@@ -225,7 +225,26 @@ def worker_setup(options: po.PipelineOptions) -> WorkerSetup:
             with open(path, "rb") as f:
                 session = f.read()
     plugins = tuple(p.strip() for entry in setup.beam_plugins or [] for p in entry.split(",") if p.strip())
-    return WorkerSetup(setup.pickle_library or "default", session, plugins)
+    library = setup.pickle_library or "default"
+    # dill pickles a class of __main__ by reference; its way is --save_main_session.
+    classes = _main_classes() if library in ("default", pickler.USE_CLOUDPICKLE) else ()
+    return WorkerSetup(library, session, plugins, classes)
+
+
+def _main_classes() -> tuple[tuple[str, bytes], ...]:
+    """The classes the driver's ``__main__`` defines, each pickled by value by
+    cloudpickle (see ``worker/_setup.py`` for why the workers need them)."""
+    from apache_beam.internal import pickler
+
+    main = sys.modules.get("__main__")
+    classes = []
+    for name, value in list(vars(main).items()) if main is not None else ():
+        if isinstance(value, type) and value.__module__ == "__main__" and value.__qualname__ == name:
+            try:
+                classes.append((name, pickler.dumps(value)))
+            except Exception as e:  # noqa: BLE001 - one unpicklable class must not fail the job
+                _LOG.debug("%s of __main__ is not shipped to the workers: %s", name, e)
+    return tuple(classes)
 
 
 def ship(context, options: po.PipelineOptions) -> None:
