@@ -416,6 +416,50 @@ def _write_files(p, n):
             | beam.FlatMap(numbers_in) | beam.CombineGlobally(sum))
 
 
+def _written_back(p, n, write: Callable, read_sum: Callable[[str], int]):
+    """The numbers as ``{"key", "amount"}`` records written by ``write`` (a Beam
+    write transform's factory, given a path prefix); the files it reports
+    written, each summed by ``read_sum`` in the same pipeline, summed."""
+    prefix = os.path.join(tempfile.mkdtemp(prefix="beam_ext_writes_"), "part")
+    return (_numbers(p, n) | beam.Map(lambda x: {"key": x % 100, "amount": x}) | write(prefix)
+            | beam.Map(read_sum) | beam.CombineGlobally(sum))
+
+
+def _parquet_amounts(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_table(path, columns=["amount"]).column("amount").to_pylist())
+
+
+def _avro_amounts(path: str) -> int:
+    import fastavro
+
+    with open(path, "rb") as f:
+        return sum(record["amount"] for record in fastavro.reader(f))
+
+
+def _gzip_amounts(path: str) -> int:
+    import gzip
+
+    with gzip.open(path, "rt") as f:
+        return sum(int(line.split(",")[1]) for line in f)
+
+
+_ROW_SCHEMA = {"type": "record", "name": "Row", "fields": [
+    {"name": "key", "type": "long"}, {"name": "amount", "type": "long"}]}
+
+
+def _write_parquet(prefix: str):
+    import pyarrow as pa
+
+    return beam.io.WriteToParquet(prefix, pa.schema([("key", pa.int64()), ("amount", pa.int64())]))
+
+
+def _write_gzip_text(prefix: str):
+    return (beam.Map(lambda r: f"{r['key']},{r['amount']}")
+            | beam.io.WriteToText(prefix, file_name_suffix=".csv.gz", num_shards=3))
+
+
 # name -> (what it is, Beam build over n numbers)
 
 @functools.cache
@@ -744,6 +788,12 @@ CASES: dict[str, tuple[str, Callable]] = {
         (_numbers(p, n) | beam.Map(lambda x: (x % 100, x)) | beam.Partition(lambda kv, k: kv[1] % k, 3))
         | beam.Flatten() | beam.CombinePerKey(sum))),
     "keys_values": ("Keys and Values of pairs (1,000 keys), each summed", _keys_values),
+    "write_parquet": ("WriteToParquet of n records, the files it wrote read back and summed", lambda p, n: (
+        _written_back(p, n, _write_parquet, _parquet_amounts))),
+    "write_avro": ("WriteToAvro of n records, the files it wrote read back and summed", lambda p, n: (
+        _written_back(p, n, lambda prefix: beam.io.WriteToAvro(prefix, _ROW_SCHEMA), _avro_amounts))),
+    "write_gzip_text": ("WriteToText of n CSV lines, gzip by suffix, 3 shards, read back and summed", lambda p, n: (
+        _written_back(p, n, _write_gzip_text, _gzip_amounts))),
     "dataclass_values": ("dataclass values (pickled by Beam's coder), GroupByKey, 1,000 keys, sizes and sums",
                          lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 1000, Purchase(x % 1000, float(x), "book"))) | beam.GroupByKey()

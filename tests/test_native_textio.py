@@ -17,6 +17,7 @@ from apache_beam import coders
 from apache_beam.io import source_test_utils, textio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import window
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from hypothesis import HealthCheck, given, settings
@@ -187,12 +188,32 @@ def test_write_matches_direct_runner(spark, tmp_path, caplog, kwargs):
                 assert lines[0] == kwargs["header"].encode()
             if "footer" in kwargs:
                 assert lines[-2:] == [kwargs["footer"].encode(), b""]
-    # Elements are spread over shards differently; each is written once.
+    # Elements are spread over shards differently; each is written once, and
+    # none of the shards is left empty (2 tasks dealt over 3 shards).
+    for lines in native_shards.values():
+        assert set(lines) - {kwargs.get("header", "").encode(), kwargs.get("footer", "").encode(), b""}
     direct_lines, native_lines = sum(direct_shards.values(), []), sum(native_shards.values(), [])
     if kwargs.get("append_trailing_newlines", True):
         assert sorted(direct_lines) == sorted(native_lines)
     else:  # records run together in an order of the runner's choosing
         assert sorted(b"".join(direct_lines)) == sorted(b"".join(native_lines))
+
+
+@pytest.mark.parametrize("num_shards", [1, 3])
+def test_an_element_in_two_windows_is_written_twice(spark, tmp_path, num_shards):
+    # Beam's WriteImpl moves every element into the global window first.
+    def write(runner, sub):
+        prefix = str(tmp_path / sub / "out")
+        with beam.Pipeline(runner=runner) as p:
+            _ = (p | beam.Create(range(40)) | beam.Map(lambda i: window.TimestampedValue(str(i), i))
+                 | beam.WindowInto(window.SlidingWindows(20, 10)) | beam.io.WriteToText(prefix, num_shards=num_shards))
+        return _shards(tmp_path / sub)
+
+    direct, native = write("DirectRunner", "d"), write(SparkRunner(), "s")
+    assert sorted(native) == sorted(direct) and len(native) == num_shards
+    lines = sorted(line for shard in native.values() for line in shard if line)
+    assert lines == sorted(line for shard in direct.values() for line in shard if line)
+    assert lines == sorted(str(i).encode() for i in range(40) for _ in range(2))
 
 
 def test_write_empty_input_and_default_shards(spark, tmp_path):

@@ -22,6 +22,8 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_ext.runner._element_batches import ROW, Columns, ElementBatches, Same, batched, values_per_window
+from beam_ext.runner._shuffle import identity_partition
+from beam_ext.runner.native._reshuffle import deal
 
 #: ``write_values(sink, handle, values)``: writes a shard's values through ``handle``, from ``sink.open``.
 WriteValues = Callable[[Any, Any, Iterator[Any]], None]
@@ -100,9 +102,13 @@ def write_shards(sink: Any, elements: Any, ctx: Any, write_values: WriteValues,
         if partitions > num_shards:
             rdd = rdd.coalesce(num_shards)
         elif partitions < num_shards:
-            # Elements, not batches, spread over the shards: a few batches
-            # would leave shards empty.
-            rdd = elements.elements().repartition(num_shards).mapPartitions(batched)
+            # Elements, not batches, dealt over the shards (a few batches
+            # would leave shards empty), in batches as Reshuffle deals them:
+            # a WindowedValue each would cost more to pickle through Spark's
+            # shuffle than to write. Beam's WriteImpl picks each element's
+            # shard at random: which shard holds a value is no part of the output.
+            rdd = (rdd.mapPartitionsWithIndex(functools.partial(deal, num_shards, False))
+                   .partitionBy(num_shards, identity_partition).values())
     temp_dir = sink.initialize_write()
     shards = rdd.mapPartitionsWithIndex(functools.partial(_write_shard, sink, temp_dir, write_values, write_columns))
     return ctx.run_job(shards, functools.partial(_finalize, sc, sink, temp_dir))
