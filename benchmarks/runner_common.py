@@ -41,6 +41,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _user_classes import Purchase  # noqa: E402
 
+from beam_ext.transforms import SlidingAggregate, SlidingWindow, agg  # noqa: E402
+
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # The Python workers import _user_classes too: Beam's coder pickles its instances by reference.
 os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -794,6 +796,12 @@ CASES: dict[str, tuple[str, Callable]] = {
         _written_back(p, n, lambda prefix: beam.io.WriteToAvro(prefix, _ROW_SCHEMA), _avro_amounts))),
     "write_gzip_text": ("WriteToText of n CSV lines, gzip by suffix, 3 shards, read back and summed", lambda p, n: (
         _written_back(p, n, _write_gzip_text, _gzip_amounts))),
+    "sliding_rows": ("SlidingAggregate of dict events (1,000 cards, 5-minute sum and count), counts summed",
+                     lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: {"card": x % 1000, "ts": x * 0.25, "amount": float(x % 97)})
+        | SlidingAggregate(key="card", timestamp="ts", windows={"5m": SlidingWindow(300.0)},
+                           aggregations={"sum": agg.sum("amount"), "count": agg.count()})
+        | beam.Map(lambda event_features: event_features[1]["count_5m"]) | beam.CombineGlobally(sum))),
     "dataclass_values": ("dataclass values (pickled by Beam's coder), GroupByKey, 1,000 keys, sizes and sums",
                          lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 1000, Purchase(x % 1000, float(x), "book"))) | beam.GroupByKey()

@@ -91,13 +91,13 @@ def _windowed_rows(element, window=beam.DoFn.WindowParam):
     yield json.dumps([event["id"], str(window), feats])
 
 
-def _collect_windowed(events, runner, out_dir, windowfn) -> list:
+def _collect_windowed(events, runner, out_dir, windowfn, transform=None) -> list:
     """Sorted ``[event id, window, features]`` rows of the transform after ``windowfn``."""
     prefix = str(out_dir / runner_name(runner) / "windowed")
     with beam.Pipeline(runner=runner) as p:
         _ = (p | beam.Create(events)
              | beam.Map(lambda e: beam.window.TimestampedValue(e, e["ts"]))
-             | beam.WindowInto(windowfn) | _transform() | beam.ParDo(_windowed_rows)
+             | beam.WindowInto(windowfn) | (transform or _transform()) | beam.ParDo(_windowed_rows)
              | beam.io.WriteToText(prefix))
     return sorted(line for path in glob.glob(prefix + "*") for line in open(path))
 
@@ -112,6 +112,23 @@ def test_windows_of_several_or_merging_per_event_equal_the_beam_path(spark, tmp_
     events = _events(4, 60)
     got = _collect_windowed(events, SparkRunner(), tmp_path, windowfn)
     assert got == _collect_windowed(events, "BundleBasedDirectRunner", tmp_path, windowfn)
+
+
+@pytest.mark.parametrize("timestamp", ["ts", None], ids=["field", "element-timestamp"])
+def test_fixed_windows_and_element_timestamps_equal_the_beam_path(spark, tmp_path, caplog, timestamp):
+    # One window per event: the native path, which groups a key's events
+    # within their window; events at timestamps of their own travel to it
+    # one by one, not as batches sharing one timestamp and window.
+    events = _events(6, 300)
+    transform = SlidingAggregate(key="card", timestamp=timestamp,
+                                 windows={n: SlidingWindow(s, d) for n, (s, d) in WINDOWS.items()},
+                                 aggregations={"n": agg.count(), "total": agg.sum("amount")})
+    with caplog.at_level(logging.INFO, logger="beam_ext.runner"):
+        got = _collect_windowed(events, SparkRunner(), tmp_path, beam.window.FixedWindows(10), transform)
+    assert f"runs Spark-natively ({sliding.NATIVE_URN})" in caplog.text
+    assert got == _collect_windowed(events, "BundleBasedDirectRunner", tmp_path, beam.window.FixedWindows(10),
+                                    transform)
+    assert len({json.loads(row)[1] for row in got}) == 4  # ts up to 30 s: four 10-second windows
 
 
 def test_native_step_whose_output_nothing_reads(spark):

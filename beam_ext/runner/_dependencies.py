@@ -213,7 +213,7 @@ def _zip_tree(root: str, archive: str) -> list[str]:
 
 
 def worker_setup(options: po.PipelineOptions) -> WorkerSetup:
-    """The per-process setup of the executors: pickler, saved main session, plugins."""
+    """The per-process setup of the executors: pickler, saved main session, plugins, the classes of ``__main__``."""
     from apache_beam.internal import pickler
 
     setup = options.view_as(po.SetupOptions)

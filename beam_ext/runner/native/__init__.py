@@ -107,7 +107,7 @@ READS_ARROW_ROWS: frozenset[str] = frozenset({SLIDING_URN})
 
 #: Implementations that take :class:`ElementBatches` as their input, as well as an RDD.
 READS_BATCHES: frozenset[str] = frozenset({WRITE_TEXT_URN, WRITE_PARQUET_URN, WRITE_PARQUET_BATCHED_URN,
-                                          RESHUFFLE_URN})
+                                          RESHUFFLE_URN, SLIDING_URN})
 
 
 #: Implementations whose work is done when they return: a write's shards are

@@ -24,7 +24,7 @@ import numpy as np
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from beam_ext._key_hash import key_hash, untyped_key_coder
-from beam_ext.runner._element_batches import PAIR, Columns, ElementBatches
+from beam_ext.runner._element_batches import BATCH, PAIR, Columns, ElementBatches, Marker, Same, as_batch
 from beam_ext.runner.native._arrow_rows import ArrowRows, row_dicts
 from beam_ext.transforms.sliding._plan import _Plan
 from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns
@@ -32,33 +32,79 @@ from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compu
 _LOG = logging.getLogger("beam_ext.runner")
 
 
-def _partition(plan: _Plan, items: Iterator[tuple[Any, tuple[float, Any]]]) -> Iterator[Any]:
-    groups, times, wvs = [], [], []
-    for group, (t, wv) in items:
-        groups.append(group)  # (encoded key, windows as a tuple)
-        times.append(t)
-        wvs.append(wv)
-    feats = compute_batch(plan, groups, np.asarray(times, dtype=np.float64), [wv.value for wv in wvs])
-    for wv, f in zip(wvs, feats):
-        yield wv.with_value((wv.value, f))
-
-
-def sliding_on_rdd(plan: _Plan, rdd: Any, parallelism: int) -> Any:
-    """RDD of WindowedValue(event) -> RDD of WindowedValue((event, features))."""
-
+def _keyed_chunks(plan: _Plan, parallelism: int,
+                  batches: Iterator[Same | list | Columns | Marker]) -> Iterator[tuple[int, tuple]]:
+    """``(target task, chunk)`` of a task's events: what the shuffle moves,
+    with no ``WindowedValue`` per event to pickle where events share their
+    windowing. A chunk is ``(template, encoded keys, event times, events)``
+    of events in ``template``'s windows and at its timestamp, or ``(None,
+    encoded keys, event times, WindowedValues)``."""
     # Keys are grouped and partitioned by their encoding, as GroupByKey does
     # on the Beam path: Python's hash() differs between workers, and Python
     # equality would split NaN keys and merge 1 with 1.0.
-    coder = untyped_key_coder("SlidingAggregate key")
+    encode = untyped_key_coder("SlidingAggregate key").encode
+    key, event_time = plan.key, plan.event_time
+    pending: list[tuple | None] = [None] * parallelism
+    for batch in batches:
+        if type(batch) is Marker:
+            continue
+        for piece in (batch.batches() if type(batch) is Columns else (as_batch(batch),)):
+            same = type(piece) is Same
+            template = piece.template if same else None
+            seconds = template.timestamp_micros / 1e6 if same else 0.0
+            for item in (piece.values if same else piece):
+                event = item if same else item.value
+                k = encode(key(event))
+                target = key_hash(k) % parallelism
+                chunk = pending[target]
+                if chunk is None or chunk[0] is not template:
+                    if chunk is not None:
+                        yield target, chunk
+                    chunk = pending[target] = (template, [], [], [])
+                chunk[1].append(k)
+                chunk[2].append(event_time(event, seconds if same else item.timestamp_micros / 1e6))
+                chunk[3].append(item)
+                if len(chunk[3]) >= BATCH:
+                    yield target, chunk
+                    pending[target] = None
+    for target, chunk in enumerate(pending):
+        if chunk is not None:
+            yield target, chunk
 
-    def keyed(wv: Any) -> tuple:
-        event = wv.value
-        t = plan.event_time(event, wv.timestamp.micros / 1e6)
-        return (coder.encode(plan.key(event)), tuple(wv.windows)), (t, wv)
 
-    return (rdd.map(keyed)
-            .partitionBy(parallelism, lambda k: key_hash(k[0]))
-            .mapPartitions(lambda it: _partition(plan, it), preservesPartitioning=False))
+def _chunks_partition(plan: _Plan, chunks: Iterator[tuple]) -> Iterator[Same | list]:
+    """Features of one task's events, computed at once, each chunk's handed on as a batch."""
+    groups, times, events, spans = [], [], [], []
+    for template, keys, chunk_times, items in chunks:
+        # An event is grouped with its key's events in its window.
+        if template is not None:
+            windows = tuple(template.windows)
+            groups += [(k, windows) for k in keys]
+            events += items
+        else:
+            groups += [(k, tuple(wv.windows)) for k, wv in zip(keys, items)]
+            events += [wv.value for wv in items]
+        times += chunk_times
+        spans.append((template, items))
+    feats = compute_batch(plan, groups, np.asarray(times, dtype=np.float64), events)
+    start = 0
+    for template, items in spans:
+        stop = start + len(items)
+        if template is not None:
+            yield Same(template, list(zip(items, feats[start:stop])))
+        else:
+            yield [wv.with_value((wv.value, f)) for wv, f in zip(items, feats[start:stop])]
+        start = stop
+
+
+def sliding_on_rdd(plan: _Plan, values: Any, parallelism: int) -> ElementBatches:
+    """Each event (of :class:`ElementBatches`, or an RDD of ``WindowedValue``)
+    with its features: ``(event, features)``, in the event's windows and at its timestamp."""
+    batches = values if isinstance(values, ElementBatches) else ElementBatches.of(values)
+    return ElementBatches(batches.rdd.mapPartitions(functools.partial(_keyed_chunks, plan, parallelism))
+                          .partitionBy(parallelism, _identity)
+                          .values()
+                          .mapPartitions(functools.partial(_chunks_partition, plan)))
 
 
 # -- Arrow tables in -------------------------------------------------------
