@@ -42,27 +42,30 @@ def _keyed_chunks(plan: _Plan, parallelism: int,
     # Keys are grouped and partitioned by their encoding, as GroupByKey does
     # on the Beam path: Python's hash() differs between workers, and Python
     # equality would split NaN keys and merge 1 with 1.0.
-    encode = untyped_key_coder("SlidingAggregate key").encode
+    encode = untyped_key_coder("SlidingAggregate key").get_impl().encode
     key, event_time = plan.key, plan.event_time
     pending: list[tuple | None] = [None] * parallelism
     for batch in batches:
         if type(batch) is Marker:
             continue
         for piece in (batch.batches() if type(batch) is Columns else (as_batch(batch),)):
-            same = type(piece) is Same
-            template = piece.template if same else None
-            seconds = template.timestamp_micros / 1e6 if same else 0.0
-            for item in (piece.values if same else piece):
-                event = item if same else item.value
-                k = encode(key(event))
-                target = key_hash(k) % parallelism
+            if type(piece) is Same:
+                template, items = piece.template, piece.values
+                events, seconds = items, template.timestamp_micros / 1e6
+                times = [event_time(event, seconds) for event in events]
+            else:
+                template, items = None, piece
+                events = [wv.value for wv in items]
+                times = [event_time(wv.value, wv.timestamp_micros / 1e6) for wv in items]
+            keys = [encode(key(event)) for event in events]
+            for target, k, t, item in zip([key_hash(k) % parallelism for k in keys], keys, times, items):
                 chunk = pending[target]
                 if chunk is None or chunk[0] is not template:
                     if chunk is not None:
                         yield target, chunk
                     chunk = pending[target] = (template, [], [], [])
                 chunk[1].append(k)
-                chunk[2].append(event_time(event, seconds if same else item.timestamp_micros / 1e6))
+                chunk[2].append(t)
                 chunk[3].append(item)
                 if len(chunk[3]) >= BATCH:
                     yield target, chunk
