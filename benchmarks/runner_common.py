@@ -802,6 +802,10 @@ CASES: dict[str, tuple[str, Callable]] = {
         | SlidingAggregate(key="card", timestamp="ts", windows={"5m": SlidingWindow(300.0)},
                            aggregations={"sum": agg.sum("amount"), "count": agg.count()})
         | beam.Map(lambda event_features: event_features[1]["count_5m"]) | beam.CombineGlobally(sum))),
+    "reshuffle_stamped": ("timestamped pairs Reshuffled, CombinePerKey(sum) in 1-minute windows, 100 keys, summed",
+                          lambda p, n: (
+        _stamped(p, n, 3600) | beam.Reshuffle() | beam.WindowInto(window.FixedWindows(60)) | beam.CombinePerKey(sum)
+        | "Global" >> beam.WindowInto(window.GlobalWindows()) | beam.Values() | beam.CombineGlobally(sum))),
     "dataclass_values": ("dataclass values (pickled by Beam's coder), GroupByKey, 1,000 keys, sizes and sums",
                          lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 1000, Purchase(x % 1000, float(x), "book"))) | beam.GroupByKey()

@@ -22,7 +22,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 
 from beam_ext.runner._element_batches import ROW, Columns, ElementBatches, Same, batched, values_per_window
-from beam_ext.runner._shuffle import identity_partition
+from beam_ext.runner._object_shuffle import shuffled
 from beam_ext.runner.native._reshuffle import deal
 
 #: ``write_values(sink, handle, values)``: writes a shard's values through ``handle``, from ``sink.open``.
@@ -107,8 +107,7 @@ def write_shards(sink: Any, elements: Any, ctx: Any, write_values: WriteValues,
             # a WindowedValue each would cost more to pickle through Spark's
             # shuffle than to write. Beam's WriteImpl picks each element's
             # shard at random: which shard holds a value is no part of the output.
-            rdd = (rdd.mapPartitionsWithIndex(functools.partial(deal, num_shards, False))
-                   .partitionBy(num_shards, identity_partition).values())
+            rdd = shuffled(rdd.mapPartitionsWithIndex(functools.partial(deal, num_shards, False)), num_shards)
     temp_dir = sink.initialize_write()
     shards = rdd.mapPartitionsWithIndex(functools.partial(_write_shard, sink, temp_dir, write_values, write_columns))
     return ctx.run_job(shards, functools.partial(_finalize, sc, sink, temp_dir))

@@ -32,7 +32,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN, WindowedValue
 
 from beam_ext.runner._element_batches import BATCH, Columns, ElementBatches, Marker, Same, as_batch, windowed
-from beam_ext.runner._shuffle import identity_partition
+from beam_ext.runner._object_shuffle import shuffled
 
 RESHUFFLE_URN = "beam_ext:reshuffle:v1"
 
@@ -115,4 +115,4 @@ def reshuffle_on_spark(payload: bytes, values: Any, ctx: Any) -> ElementBatches:
     batches = values if isinstance(values, ElementBatches) else ElementBatches.of(values)
     dealt = batches.rdd.mapPartitionsWithIndex(functools.partial(
         deal, ctx.parallelism, payload == DEFAULT_WINDOWING))
-    return ElementBatches(dealt.partitionBy(ctx.parallelism, identity_partition).values())
+    return ElementBatches(shuffled(dealt, ctx.parallelism))

@@ -25,6 +25,7 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 
 from beam_ext._key_hash import key_hash, untyped_key_coder
 from beam_ext.runner._element_batches import BATCH, PAIR, Columns, ElementBatches, Marker, Same, as_batch
+from beam_ext.runner._object_shuffle import shuffled
 from beam_ext.runner.native._arrow_rows import ArrowRows, row_dicts
 from beam_ext.transforms.sliding._plan import _Plan
 from beam_ext.transforms.sliding._vectorised import _codes, compute_batch, compute_columns
@@ -104,10 +105,8 @@ def sliding_on_rdd(plan: _Plan, values: Any, parallelism: int) -> ElementBatches
     """Each event (of :class:`ElementBatches`, or an RDD of ``WindowedValue``)
     with its features: ``(event, features)``, in the event's windows and at its timestamp."""
     batches = values if isinstance(values, ElementBatches) else ElementBatches.of(values)
-    return ElementBatches(batches.rdd.mapPartitions(functools.partial(_keyed_chunks, plan, parallelism))
-                          .partitionBy(parallelism, _identity)
-                          .values()
-                          .mapPartitions(functools.partial(_chunks_partition, plan)))
+    return ElementBatches(shuffled(batches.rdd.mapPartitions(functools.partial(_keyed_chunks, plan, parallelism)),
+                                   parallelism).mapPartitions(functools.partial(_chunks_partition, plan)))
 
 
 # -- Arrow tables in -------------------------------------------------------
