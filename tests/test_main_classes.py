@@ -56,3 +56,15 @@ def test_a_name_of_the_workers_own_main_is_left_alone(monkeypatch, caplog):
     Kept2 = type("Kept", (), {"__module__": "__main__", "v": 2})
     _setup.WorkerSetup(main_classes=(("Kept", pickler.dumps(Kept2)),)).apply()
     assert main.Kept is Kept2
+
+
+def test_only_classes_of_main_small_enough_to_ride_with_every_task_are_shipped(monkeypatch):
+    from beam_ext.runner import _dependencies
+
+    main = types.ModuleType("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    main.Small = type("Small", (), {"__module__": "__main__"})
+    main.Table = type("Table", (), {"__module__": "__main__", "rows": os.urandom(2 << 20)})
+    main.Imported = types.SimpleNamespace  # a class of another module
+    main.alias = main.Small  # the same class under another name: found by its own
+    assert [name for name, _ in _dependencies._main_classes()] == ["Small"]

@@ -32,6 +32,9 @@ from beam_ext.runner.worker._setup import WorkerSetup
 _LOG = logging.getLogger("beam_ext.runner")
 _DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "beam_ext", "staging")
 # Build leftovers that do not change the package.
+# A class of __main__ pickled larger than this (a lookup table as a class
+# attribute, say) is not shipped with every task.
+_MAX_MAIN_CLASS_BYTES = 1 << 20
 _SKIP_DIRS = {"build", "dist", "__pycache__", ".git", ".venv", ".tox", ".pytest_cache"}
 
 
@@ -241,9 +244,15 @@ def _main_classes() -> tuple[tuple[str, bytes], ...]:
     for name, value in list(vars(main).items()) if main is not None else ():
         if isinstance(value, type) and value.__module__ == "__main__" and value.__qualname__ == name:
             try:
-                classes.append((name, pickler.dumps(value)))
+                pickled = pickler.dumps(value)
             except Exception as e:  # noqa: BLE001 - one unpicklable class must not fail the job
                 _LOG.debug("%s of __main__ is not shipped to the workers: %s", name, e)
+                continue
+            if len(pickled) > _MAX_MAIN_CLASS_BYTES:
+                # Every task of the job carries it: a class holding data is left to its own module.
+                _LOG.info("%s of __main__ is not shipped to the workers: %d bytes pickled", name, len(pickled))
+                continue
+            classes.append((name, pickled))
     return tuple(classes)
 
 
