@@ -12,7 +12,7 @@ tasks, SlidingAggregate on elements) are the ``runner_common.py`` cases.
 from __future__ import annotations
 
 import pickle
-import time
+import timeit
 
 from apache_beam.transforms.window import GlobalWindow, IntervalWindow
 from apache_beam.utils.timestamp import Timestamp
@@ -22,13 +22,8 @@ from pyspark import cloudpickle
 BATCH = 512
 
 
-def _best(fn, repeat: int = 20) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+def _best(fn) -> float:
+    return min(timeit.repeat(fn, number=1, repeat=20))
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ PySpark 4 pickles an RDD's records with cloudpickle, whose pickler looks
 each object's type up in a ``ChainMap`` and calls a Python
 ``reducer_override`` for every object other than a string, number, list,
 tuple or dict: a ``WindowedValue``, its ``Timestamp`` and windows cost it
-about three times what the standard pickler takes (7.9 against 3.0 µs an
+about three times what the standard pickler takes (7.9 against 2.9 µs an
 element in an interval window, 3.1 against 1.1 µs in the global window:
 ``benchmarks/object_pickling.py``). The native steps that move batches of
 elements between tasks (``Reshuffle``, a file write's shards,
