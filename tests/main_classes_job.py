@@ -40,7 +40,11 @@ def build(p: beam.Pipeline) -> beam.PCollection:
     by_user = (purchases | beam.Map(lambda kv: (kv[1].purchase.user, Basket([kv[1].purchase])))
                | "ByUser" >> beam.GroupByKey()
                | beam.MapTuple(lambda u, bs: (u, sorted(p.cents for b in bs for p in b.items))))
-    return (by_tier, by_user) | beam.Flatten()
+    # Through a Reshuffle, the values are still of the classes the DoFns know.
+    kinds = (purchases | beam.Values() | beam.Reshuffle()
+             | beam.Map(lambda pair: isinstance(pair, Pair) and isinstance(pair.purchase, Purchase))
+             | beam.combiners.Count.PerElement())
+    return (by_tier, by_user, kinds) | beam.Flatten()
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ def test_values_of_classes_of_the_users_script_cross_groupings(tmp_path, options
     assert spark == direct
     assert ["GOLD", sum(range(2, 300, 3)), 100] in spark
     assert ["u3", list(range(3, 300, 7))] in spark
-    assert len(spark) == 3 + 7
+    assert [True, 300] in spark
+    assert len(spark) == 3 + 7 + 1
 
 
 def test_a_name_of_the_workers_own_main_is_left_alone(monkeypatch, caplog):

@@ -31,10 +31,10 @@ from beam_ext.runner.worker._setup import WorkerSetup
 
 _LOG = logging.getLogger("beam_ext.runner")
 _DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "beam_ext", "staging")
-# Build leftovers that do not change the package.
 # A class of __main__ pickled larger than this (a lookup table as a class
 # attribute, say) is not shipped with every task.
 _MAX_MAIN_CLASS_BYTES = 1 << 20
+# Build leftovers that do not change the package.
 _SKIP_DIRS = {"build", "dist", "__pycache__", ".git", ".venv", ".tox", ".pytest_cache"}
 
 

@@ -15,14 +15,17 @@ of it.
 An object the standard pickler refuses (a lambda, a class defined in a
 function), or whose pickle names ``__main__`` (a class of the user's
 script, which the reading task's ``__main__`` may not have), goes through
-cloudpickle, as PySpark would have sent it; ``pickle.loads`` reads both.
+cloudpickle, as PySpark would have sent it, but Beam's copy of it, which
+pickled the job's DoFns: a class of ``__main__`` then comes out as the very
+class the reading task's DoFns make instances of. ``pickle.loads`` reads
+both.
 """
 from __future__ import annotations
 
 import pickle
 from typing import Any
 
-from pyspark import cloudpickle
+from apache_beam.internal.cloudpickle import cloudpickle
 
 from beam_ext.runner._shuffle import identity_partition
 
