@@ -69,3 +69,28 @@ def test_only_classes_of_main_small_enough_to_ride_with_every_task_are_shipped(m
     main.Imported = types.SimpleNamespace  # a class of another module
     main.alias = main.Small  # the same class under another name: found by its own
     assert [name for name, _ in _dependencies._main_classes()] == ["Small"]
+
+
+def test_a_native_step_decodes_values_of_main_classes_after_the_setup(monkeypatch):
+    # A native step's task (a Reshuffle, a write) may be the first of the
+    # job in its Python worker: it decodes its input only after the setup.
+    from apache_beam import coders
+    from apache_beam.internal import pickler
+    from apache_beam.transforms.window import GlobalWindow
+    from apache_beam.utils.timestamp import MIN_TIMESTAMP
+    from apache_beam.utils.windowed_value import WindowedValue
+
+    from beam_ext.runner.executors._batch import _decode_chunks
+
+    driver = types.ModuleType("__main__")
+    monkeypatch.setitem(sys.modules, "__main__", driver)
+    event = type("Event", (), {"__module__": "__main__"})
+    driver.Event = event
+    coder = coders.WindowedValueCoder(coders.LengthPrefixCoder(coders.FastPrimitivesCoder()))
+    chunk = coder.encode(WindowedValue(event(), MIN_TIMESTAMP, (GlobalWindow(),)))
+    setup = _setup.WorkerSetup(main_classes=(("Event", pickler.dumps(event)),))
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a worker's
+    with pytest.raises(AttributeError, match="Event"):
+        list(_decode_chunks(coder, None, [chunk]))
+    (decoded,) = _decode_chunks(coder, setup, [chunk])
+    assert type(decoded.value) is event

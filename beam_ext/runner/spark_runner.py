@@ -150,6 +150,8 @@ class SparkRunner(runner.PipelineRunner):
         for stage in plan.stages:
             if stage.spec is not None:
                 stage.spec = dataclasses.replace(stage.spec, worker_setup=worker_setup)
+            if stage.native is not None:
+                stage.native = dataclasses.replace(stage.native, worker_setup=worker_setup)
         _LOG.info("Running %d stages on Spark (%s, parallelism %d%s)", len(plan.stages),
                   sc.master, parallelism, ", streaming" if streaming else "")
         if streaming:

@@ -142,7 +142,9 @@ def _drained(records) -> Iterator:
     return iter(())
 
 
-def _decode_chunks(coder, chunks):
+def _decode_chunks(coder, setup, chunks):
+    if setup is not None:
+        setup.apply()  # the values may be instances of the job's classes of __main__
     impl = coder.get_impl()
     for chunk in chunks:
         stream = create_InputStream(chunk)
@@ -615,7 +617,7 @@ class BatchExecutor:
         values = self._arrow_rows.get(stage.inputs[0]) or self._values.get(stage.inputs[0])
         if values is None:
             values = self._read(stage.inputs[0]).mapPartitions(
-                functools.partial(_decode_chunks, spec.input_coder))
+                functools.partial(_decode_chunks, spec.input_coder, spec.worker_setup))
         elif isinstance(values, ElementBatches) and spec.urn not in native.READS_BATCHES:
             values = values.elements()
         self._native_counters.append((stage.name, spec.step_name, counters))

@@ -29,6 +29,7 @@ from beam_ext.runner.planning._phases import SDF_PROCESS_URN, outputs_bounded
 from beam_ext.runner.planning._test_stream import TestStreamSpec, test_stream_spec
 from beam_ext.runner.worker import StageSpec
 from beam_ext.runner.worker._direct import DirectChain
+from beam_ext.runner.worker._setup import WorkerSetup
 
 
 @dataclasses.dataclass
@@ -84,6 +85,9 @@ class NativeSpec:
     step_name: str
     input_coder: WindowedValueCoder
     output_coder: WindowedValueCoder
+    # The job's pickler, main session and classes of __main__, applied before
+    # a task decodes the input's values (Beam's coder may unpickle them).
+    worker_setup: WorkerSetup | None = None
 
 
 @dataclasses.dataclass
