@@ -86,7 +86,7 @@ def test_a_native_step_decodes_values_of_main_classes_after_the_setup(monkeypatc
     monkeypatch.setitem(sys.modules, "__main__", driver)
     event = type("Event", (), {"__module__": "__main__"})
     driver.Event = event
-    coder = coders.WindowedValueCoder(coders.LengthPrefixCoder(coders.FastPrimitivesCoder()))
+    coder = coders.WindowedValueCoder(coders.coders.LengthPrefixCoder(coders.FastPrimitivesCoder()))
     chunk = coder.encode(WindowedValue(event(), MIN_TIMESTAMP, (GlobalWindow(),)))
     setup = _setup.WorkerSetup(main_classes=(("Event", pickler.dumps(event)),))
     monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))  # a worker's
