@@ -11,6 +11,7 @@ what the Beam path's stateful step counts.
 from __future__ import annotations
 
 import functools
+import itertools
 import pickle
 import shutil
 import tempfile
@@ -19,6 +20,8 @@ from typing import Any, Iterable, Iterator
 from apache_beam.utils.windowed_value import PaneInfo, WindowedValue
 
 from beam_ext._key_hash import key_hash
+from beam_ext.runner._element_batches import BATCH
+from beam_ext.runner._object_shuffle import shuffled
 from beam_ext.transforms.lateness._backends import _SpillBackend
 from beam_ext.transforms.lateness._beam_panes import (
     FIRINGS_WITHOUT_NEW_DATA,
@@ -38,11 +41,35 @@ def late_panes_on_spark(payload: bytes, rdd: Any, ctx: Any) -> Any:
     """
     config = pickle.loads(payload)
     _, _, _, key_coder, _ = config
-    keyed = rdd.map(lambda wv: (key_coder.encode(wv.value[0]), wv))
-    shuffled = keyed.partitionBy(ctx.parallelism, key_hash)
+    batches = shuffled(rdd.mapPartitions(functools.partial(_keyed_batches, key_coder, ctx.parallelism)),
+                       ctx.parallelism)
     counters = {name: ctx.counter(METRICS_NAMESPACE, name)
                 for name in (LATE_EVENTS, FIRINGS_WITHOUT_NEW_DATA)}
-    return shuffled.mapPartitions(functools.partial(_partition_panes, config, counters))
+    return batches.mapPartitions(functools.partial(_batches_panes, config, counters))
+
+
+def _keyed_batches(key_coder: Any, partitions: int,
+                   elements: Iterable[WindowedValue]) -> Iterator[tuple[int, list[tuple[bytes, WindowedValue]]]]:
+    """``(target task, [(encoded key, element), ...])``: up to :data:`BATCH` of
+    a task's elements bound for one task, by the stable hash of their key's
+    encoding. Batches, not pairs, cross the shuffle (runner/_object_shuffle.py)."""
+    pending: list[list] = [[] for _ in range(partitions)]
+    encode = key_coder.encode
+    for wv in elements:
+        key = encode(wv.value[0])
+        target = key_hash(key) % partitions
+        batch = pending[target]
+        batch.append((key, wv))
+        if len(batch) >= BATCH:
+            yield target, batch
+            pending[target] = []
+    for target, batch in enumerate(pending):
+        if batch:
+            yield target, batch
+
+
+def _batches_panes(config: tuple, counters: dict[str, Any], batches: Iterable[list]) -> Iterator[WindowedValue]:
+    return _partition_panes(config, counters, itertools.chain.from_iterable(batches))
 
 
 def _partition_panes(config: tuple, counters: dict[str, Any],
