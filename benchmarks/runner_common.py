@@ -375,6 +375,20 @@ def _parquet_file(n: int) -> str:
     return path
 
 
+@functools.cache
+def _parquet_files(n: int, files: int) -> str:
+    """``files`` Parquet files of ``n`` rows ``key, amount`` in all, written once per process; their glob."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tempfile.mkdtemp(prefix="beam_ext_parquets_")
+    per = n // files
+    for part in range(files):
+        ids = np.arange(part * per, (part + 1) * per)
+        pq.write_table(pa.table({"key": ids % 100, "amount": ids * 0.5}), os.path.join(folder, f"part-{part}.parquet"))
+    return os.path.join(folder, "part-*.parquet")
+
+
 def _quantiles(p, n):
     """The quartiles of the numbers by Beam's ApproximateQuantiles, each checked against
     its rank-error bound (Beam's default epsilon, 0.01, times n) around the exact one: the approximation
@@ -387,11 +401,11 @@ def _quantiles(p, n):
 
 
 @functools.cache
-def _text_files(n: int) -> str:
-    """``_SHARDS`` text files of ``n`` numbers in all, one per line, written once per process; their glob."""
+def _text_files(n: int, files: int = _SHARDS) -> str:
+    """``files`` text files of ``n`` numbers in all, one per line, written once per process; their glob."""
     folder = tempfile.mkdtemp(prefix="beam_ext_text_")
-    per = n // _SHARDS
-    for shard in range(_SHARDS):
+    per = n // files
+    for shard in range(files):
         with open(os.path.join(folder, f"part-{shard}.txt"), "w") as f:
             f.writelines(f"{i}\n" for i in range(shard * per, (shard + 1) * per))
     return os.path.join(folder, "part-*.txt")
@@ -729,6 +743,12 @@ CASES: dict[str, tuple[str, Callable]] = {
         | beam.CombinePerKey(sum))),
     "gzip_text": ("ReadFromText of 8 gzip files, CombinePerKey(sum), 100 keys", lambda p, n: (
         p | beam.io.ReadFromText(_gzip_files(n)) | beam.Map(lambda line: (int(line) % 100, int(line)))
+        | beam.CombinePerKey(sum))),
+    "many_text_files": ("ReadFromText of 200 files, CombinePerKey(sum), 100 keys", lambda p, n: (
+        p | beam.io.ReadFromText(_text_files(n, 200)) | beam.Map(lambda line: (int(line) % 100, int(line)))
+        | beam.CombinePerKey(sum))),
+    "many_parquet_files": ("ReadFromParquet of 100 files, CombinePerKey(sum), 100 keys", lambda p, n: (
+        p | beam.io.ReadFromParquet(_parquet_files(n, 100)) | beam.Map(lambda r: (r["key"], r["amount"]))
         | beam.CombinePerKey(sum))),
     "count_trigger": ("GroupByKey in the global window firing every 1,000 (discarding), 100 keys, panes' sizes",
                       lambda p, n: _pane_sizes(

@@ -116,6 +116,15 @@ def test_one_row_group_is_read_by_several_tasks_with_beams_rows(spark, tmp_path)
                     equal_to(_by_id(rows)))
 
 
+def test_small_files_share_tasks_and_each_row_is_read_once(spark, tmp_path):
+    rows = _write_files(tmp_path, [3 + i % 4 for i in range(30)])
+    config = ParquetReadConfig(pattern=str(tmp_path / "*.parquet"), columns=None, compression_type="auto")
+    ctx = NativeContext(sc=spark.sparkContext, parallelism=2, step_name="Read", counter=None)
+    rdd = read_tables(config, ctx, split_row_groups=True)
+    assert rdd.getNumPartitions() <= 3
+    assert _by_id(r for t in rdd.collect() for r in t.to_pylist()) == _by_id(rows)
+
+
 def test_a_pattern_matching_nothing_reads_nothing_as_on_beam(spark, tmp_path, caplog):
     # Beam fails at construction with validate=True; with validate=False its read yields no row.
     pattern = str(tmp_path / "nothing*.parquet")

@@ -16,6 +16,7 @@ import pytest
 from apache_beam import coders
 from apache_beam.io import source_test_utils, textio
 from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import window
 from apache_beam.transforms.window import GlobalWindow
@@ -62,11 +63,12 @@ def _beam_lines(pattern: str, **kwargs) -> list:
 
 
 def _spark_read(spark, pattern: str, skip: int = 0, compression=CompressionTypes.AUTO,
-                coder=None, min_split: int = 1 << 20) -> list:
-    """The native read called directly, windows and timestamps checked."""
+                coder=None, min_split: int = 1 << 20, chunk: int = 1 << 20, parallelism: int = 2) -> list:
+    """The native read called directly, windows and timestamps checked. Ranges
+    are ``min_split`` bytes long where ``parallelism`` exceeds the bytes."""
     config = ReadConfig(pattern, compression, coder or coders.StrUtf8Coder(), skip)
-    ctx = NativeContext(sc=spark.sparkContext, parallelism=2, step_name="Read", counter=None)
-    values = read_lines(config, ctx, min_split).elements().collect()
+    ctx = NativeContext(sc=spark.sparkContext, parallelism=parallelism, step_name="Read", counter=None)
+    values = read_lines(config, ctx, min_split, chunk).elements().collect()
     assert all(wv.timestamp == MIN_TIMESTAMP and wv.windows == (GlobalWindow(),) for wv in values)
     return [wv.value for wv in values]
 
@@ -80,16 +82,20 @@ def test_tricky_files_read_as_beam_reads_them(spark, tmp_path, caplog):
         with beam.Pipeline(runner=SparkRunner()) as p:
             assert_that(p | beam.io.ReadFromText(pattern), equal_to(expected))
     assert NATIVE_READ in caplog.text
-    # Ranges of two bytes: every line boundary case falls on a range boundary somewhere.
-    assert sorted(_spark_read(spark, pattern, min_split=2)) == sorted(expected)
+    assert sorted(_spark_read(spark, pattern)) == sorted(expected)
+    # Ranges of two bytes: every line boundary case falls on a range boundary somewhere;
+    # reads of one to three bytes: and on a chunk boundary.
+    for chunk in (1, 2, 3, 1 << 20):
+        assert sorted(_spark_read(spark, pattern, min_split=2, chunk=chunk, parallelism=1000)) == sorted(expected)
 
 
 @pytest.mark.parametrize("skip", [1, 2])
 def test_skip_header_lines_per_file(spark, tmp_path, skip):
     _write_files(tmp_path, {**TRICKY, **COMPRESSED})
     pattern = str(tmp_path / "*")
-    assert sorted(_spark_read(spark, pattern, skip=skip)) == sorted(
-        _beam_lines(pattern, skip_header_lines=skip))
+    expected = sorted(_beam_lines(pattern, skip_header_lines=skip))
+    assert sorted(_spark_read(spark, pattern, skip=skip)) == expected
+    assert sorted(_spark_read(spark, pattern, skip=skip, chunk=2)) == expected
 
 
 def test_explicit_compression_and_other_coders(spark, tmp_path):
@@ -99,7 +105,7 @@ def test_explicit_compression_and_other_coders(spark, tmp_path):
     assert sorted(_spark_read(spark, pattern, compression=CompressionTypes.GZIP)) == ["1", "2", "3"]
     _write_files(tmp_path, {"raw.txt": b"\xff\xfe\r\nz\r\r\n"})
     raw = str(tmp_path / "raw.txt")
-    assert sorted(_spark_read(spark, raw, coder=coders.BytesCoder(), min_split=2)) == sorted(
+    assert sorted(_spark_read(spark, raw, coder=coders.BytesCoder(), min_split=2, parallelism=1000)) == sorted(
         _beam_lines(raw, coder=coders.BytesCoder())) == [b"\xff\xfe", b"z\r"][::-1]
 
 
@@ -117,15 +123,29 @@ _PIECES = st.sampled_from([b"a", b"bc", b" ", b"\n", b"\r", b"\r\n", "\u00e9".en
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(contents=st.lists(st.lists(_PIECES, max_size=30).map(b"".join), min_size=1, max_size=3),
-       skip=st.sampled_from([0, 0, 1]), split=st.integers(1, 9))
-def test_random_files_read_as_beam_reads_them(spark, tmp_path_factory, contents, skip, split):
+       skip=st.sampled_from([0, 0, 1]), split=st.integers(1, 9), chunk=st.sampled_from([1, 2, 5, 1 << 20]))
+def test_random_files_read_as_beam_reads_them(spark, tmp_path_factory, contents, skip, split, chunk):
     directory = tmp_path_factory.mktemp("random")
     _write_files(directory, {f"f{i}.txt": data for i, data in enumerate(contents)})
     _write_files(directory, {"z.txt.gz": gzip.compress(contents[0])})
     pattern = str(directory / "*")
     # Ranges of a few bytes: lines cross range boundaries.
-    got = _spark_read(spark, pattern, skip=skip, min_split=split)
+    got = _spark_read(spark, pattern, skip=skip, min_split=split, chunk=chunk, parallelism=1000)
     assert sorted(got) == sorted(_beam_lines(pattern, skip_header_lines=skip))
+
+
+def test_small_files_share_tasks_in_file_order(spark, tmp_path):
+    # Forty small files read as a task each cost more in tasks than in reading.
+    files = {f"part-{i:02d}.txt": "".join(f"{i}:{j}\n" for j in range(i % 5)).encode() for i in range(40)}
+    _write_files(tmp_path, files)
+    config = ReadConfig(str(tmp_path / "part-*.txt"), CompressionTypes.AUTO, coders.StrUtf8Coder(), 0)
+    ctx = NativeContext(sc=spark.sparkContext, parallelism=2, step_name="Read", counter=None)
+    read = read_lines(config, ctx)
+    assert read.rdd.getNumPartitions() <= 3
+    # Each task takes a run of neighbouring files: the read keeps the order Beam matched them in.
+    [match] = FileSystems.match([config.pattern])
+    expected = [line for m in match.metadata_list for line in files[os.path.basename(m.path)].decode().splitlines()]
+    assert [wv.value for wv in read.elements().collect()] == expected
 
 
 def test_unsupported_read_options_run_beams_read(spark, tmp_path, caplog):

@@ -35,6 +35,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_ext.runner._element_batches import ElementBatches, bounded_batches, column_values
 from beam_ext.runner.native._arrow_rows import ArrowRows
 from beam_ext.runner.native._file_sink import write_shards
+from beam_ext.runner.native._file_tasks import parts_rdd
 
 _LOG = logging.getLogger("beam_ext.runner")
 
@@ -70,9 +71,9 @@ def _open(path: str, compression_type: str):
 _Part = tuple[str, "tuple[int, ...] | None", "tuple[int, int] | None"]
 
 
-def _parts(config: ParquetReadConfig, parallelism: int, split_row_groups: bool = False) -> list[_Part]:
-    """(file, row groups to read or None for all, rows of the one row group
-    to keep or None for all) per Spark task. ``split_row_groups``: a row
+def _parts(config: ParquetReadConfig, parallelism: int, split_row_groups: bool = False) -> list[tuple[_Part, int]]:
+    """Each part's (file, row groups to read or None for all, rows of the one
+    row group to keep or None for all), with its bytes. ``split_row_groups``: a row
     group worth several tasks is read by several, each keeping a range of
     its rows (the row dicts do not show where a table ended)."""
     import pyarrow.parquet as pq
@@ -83,10 +84,10 @@ def _parts(config: ParquetReadConfig, parallelism: int, split_row_groups: bool =
         # As Beam's read with validate=False: no files, no rows (validate=True fails at construction).
         _LOG.warning("ReadFromParquet: the pattern %r matches no file; reading nothing", config.pattern)
     share = max(1, -(-sum(size for _, size in files) // max(parallelism, 1)))
-    parts: list[_Part] = []
+    parts: list[tuple[_Part, int]] = []
     for path, size in files:
         if size <= share:
-            parts.append((path, None, None))
+            parts.append(((path, None, None), size))
             continue
         with _open(path, config.compression_type) as f:
             metadata = pq.ParquetFile(f).metadata
@@ -97,18 +98,19 @@ def _parts(config: ParquetReadConfig, parallelism: int, split_row_groups: bool =
             pieces = min(-(-group.total_byte_size // share), parallelism, group.num_rows)
             if split_row_groups and pieces > 1:
                 if run:
-                    parts.append((path, tuple(run), None))
+                    parts.append(((path, tuple(run), None), run_bytes))
                     run, run_bytes = [], 0
                 bounds = [group.num_rows * k // pieces for k in range(pieces + 1)]
-                parts += [(path, (i,), (bounds[k], bounds[k + 1])) for k in range(pieces)]
+                parts += [((path, (i,), (bounds[k], bounds[k + 1])), group.total_byte_size // pieces)
+                          for k in range(pieces)]
                 continue
             run.append(i)
             run_bytes += group.total_byte_size
             if run_bytes >= share:
-                parts.append((path, tuple(run), None))
+                parts.append(((path, tuple(run), None), run_bytes))
                 run, run_bytes = [], 0
         if run:
-            parts.append((path, tuple(run), None))
+            parts.append(((path, tuple(run), None), run_bytes))
     return parts
 
 
@@ -127,12 +129,9 @@ def _read_part(config: ParquetReadConfig, part: _Part) -> Iterator[Any]:
 def read_tables(config: ParquetReadConfig, ctx: Any, split_row_groups: bool = False) -> Any:
     """An RDD of the files' row groups as ``pyarrow.Table``, as Beam's source
     reads them; ``split_row_groups``: large ones cut into ranges of rows
-    read by different tasks."""
-    sc = ctx.sc
+    read by different tasks. Neighbouring small parts share a task."""
     parts = _parts(config, ctx.parallelism, split_row_groups)
-    if not parts:
-        return sc.parallelize([], 1)
-    return sc.parallelize(parts, len(parts)).flatMap(functools.partial(_read_part, config))
+    return parts_rdd(ctx.sc, parts, ctx.parallelism, functools.partial(_read_part, config))
 
 
 def read_parquet_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ArrowRows:

@@ -30,6 +30,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_ext.runner._element_batches import ElementBatches, Same, bounded_batches
 from beam_ext.runner.native._file_sink import write_shards
+from beam_ext.runner.native._file_tasks import parts_rdd
 
 READ_TEXT_URN = "beam_ext:textio:read_from_text:v1"
 WRITE_TEXT_URN = "beam_ext:textio:write_to_text:v1"
@@ -49,72 +50,103 @@ class ReadConfig:
 
 
 # -- reading ---------------------------------------------------------------
-def _records(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Beam's records of a byte stream: ends at ``\\n`` or ``\\r\\n``; a final
-    unterminated record keeps its bytes, an empty one is no record."""
+# A task reads its bytes a chunk at a time and cuts each chunk's complete
+# records out as one region (records joined by their \n, as in the file):
+# a UTF-8 region is decoded and split as a whole, so no Python call is made
+# per line. Regions are ``(bytes, terminated)``; only the last record of a
+# file can be unterminated, and it keeps a final \r.
+def _regions(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """The records of a byte stream as regions: a record ends at ``\n``; a
+    final unterminated one keeps its bytes, an empty one is no record."""
     tail = b""
     for chunk in chunks:
-        lines = (tail + chunk).split(b"\n")
-        tail = lines.pop()
-        for line in lines:
-            yield line[:-1] if line.endswith(b"\r") else line
+        buffer = tail + chunk if tail else chunk
+        cut = buffer.rfind(b"\n")
+        if cut < 0:
+            tail = buffer
+            continue
+        yield buffer[:cut], True
+        tail = buffer[cut + 1:]
     if tail:
-        yield tail
+        yield tail, False
 
 
-def _file_records(path: str, compression_type: str, skip: int) -> Iterator[bytes]:
+def _skipped(regions: Iterable[tuple[bytes, bool]], skip: int) -> Iterator[tuple[bytes, bool]]:
+    """``regions`` without their first ``skip`` records."""
+    for region, terminated in regions:
+        while skip:
+            skip -= 1
+            cut = region.find(b"\n")
+            if cut < 0:
+                break
+            region = region[cut + 1:]
+        else:
+            yield region, terminated
+
+
+def _file_regions(path: str, compression_type: str, skip: int, chunk: int) -> Iterator[tuple[bytes, bool]]:
     with FileSystems.open(path, "application/octet-stream", compression_type=compression_type) as f:
-        records = _records(iter(functools.partial(f.read, _CHUNK), b""))
-        for _ in range(skip):
-            if next(records, None) is None:
-                return
-        yield from records
+        yield from _skipped(_regions(iter(functools.partial(f.read, chunk), b"")), skip)
 
 
-def _decoder(coder: Any):
-    if type(coder) is coders.StrUtf8Coder:
-        return lambda b: b.decode("utf-8")
-    return lambda b: coder.decode(bytes(b))
+def _range_chunks(f: Any, start: int, end: int, chunk: int) -> Iterator[bytes]:
+    """The bytes of the records of ``f`` that start in ``[start, end)``."""
+    position = 0
+    if start > 0:
+        # A record starts at 0 or just after a \n: skip the one under way.
+        f.seek(start - 1)
+        position = start - 1 + len(f.readline())
+    while position < end:
+        data = f.read(min(chunk, end - position))
+        if not data:
+            return
+        position += len(data)
+        if position >= end and not data.endswith(b"\n"):
+            data += f.readline()  # the record under way at ``end`` started in the range: all of it
+        yield data
 
 
-def _decoded(pattern: str, coder: Any, records: Iterable[bytes]) -> Iterator[Same]:
-    return bounded_batches(_decoded_values(pattern, coder, records))
-
-
-def _decoded_values(pattern: str, coder: Any, records: Iterable[bytes]) -> Iterator[Any]:
-    decode = _decoder(coder)
-    for record in records:
-        try:
-            yield decode(record)
-        except UnicodeDecodeError as e:
-            raise ValueError(f"ReadFromText({pattern!r}): a line is not valid UTF-8 ({e}); "
-                             f"its first bytes: {bytes(record[:80])!r}") from e
-
-
-def _range_records(path: str, start: int, end: int) -> Iterator[bytes]:
-    """Beam's records of an uncompressed file that start in ``[start, end)``."""
+def _range_regions(path: str, start: int, end: int, chunk: int) -> Iterator[tuple[bytes, bool]]:
     with FileSystems.open(path, "application/octet-stream",
                           compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        position = 0
-        if start > 0:
-            # A record starts at 0 or just after a \n: skip the one under way.
-            f.seek(start - 1)
-            position = start - 1 + len(f.readline())
-        while position < end:
-            line = f.readline()
-            if not line:
-                return
-            position += len(line)
-            if line.endswith(b"\n"):
-                line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
-            yield line
+        yield from _regions(_range_chunks(f, start, end, chunk))
 
 
-def _read_part(part: tuple, compression_type: str, skip: int) -> Iterator[bytes]:
+def _read_part(part: tuple, compression_type: str, skip: int, chunk: int) -> Iterator[tuple[bytes, bool]]:
     path, start, end = part
     if end is None:
-        return _file_records(path, compression_type, skip)
-    return _range_records(path, start, end)
+        return _file_regions(path, compression_type, skip, chunk)
+    return _range_regions(path, start, end, chunk)
+
+
+def _split(region: bytes | str, terminated: bool, newline: Any, cr: Any) -> list:
+    records = region.split(newline)
+    if terminated and cr in region:
+        return [r[:-1] if r.endswith(cr) else r for r in records]
+    return records
+
+
+def _region_values(pattern: str, coder: Any, region: bytes, terminated: bool) -> list:
+    if type(coder) is coders.StrUtf8Coder:
+        try:
+            # No \n byte is part of a multi-byte character: the region decodes
+            # exactly when each of its records does.
+            return _split(region.decode("utf-8"), terminated, "\n", "\r")
+        except UnicodeDecodeError:
+            pass  # the record at fault is named below
+    values = []
+    for record in _split(region, terminated, b"\n", b"\r"):
+        try:
+            values.append(coder.decode(record))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"ReadFromText({pattern!r}): a line is not valid UTF-8 ({e}); "
+                             f"its first bytes: {record[:80]!r}") from e
+    return values
+
+
+def _decoded(pattern: str, coder: Any, regions: Iterable[tuple[bytes, bool]]) -> Iterator[Same]:
+    for region, terminated in regions:
+        yield from bounded_batches(_region_values(pattern, coder, region, terminated))
 
 
 def read_text_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ElementBatches:
@@ -124,28 +156,27 @@ def read_text_on_spark(payload: bytes, rdd: Any, ctx: Any) -> ElementBatches:
     return read_lines(pickler.loads(payload), ctx)
 
 
-def read_lines(config: ReadConfig, ctx: Any, min_split: int = _MIN_SPLIT) -> ElementBatches:
-    """The records of ``config``'s files, ranges of at least ``min_split`` bytes per task."""
-    sc = ctx.sc
+def read_lines(config: ReadConfig, ctx: Any, min_split: int = _MIN_SPLIT, chunk: int = _CHUNK) -> ElementBatches:
+    """The records of ``config``'s files, ranges of at least ``min_split``
+    bytes, read ``chunk`` bytes at a time; neighbouring parts share a task."""
     [match] = FileSystems.match([config.pattern])
     files = [(m.path, m.size_in_bytes) for m in match.metadata_list
              if m.size_in_bytes > 0]  # as Beam: an empty file has no records, compressed or not
     total = sum(size for _, size in files)
     split = max(min_split, -(-total // max(ctx.parallelism, 1)))
-    parts = []
+    parts: list[tuple[tuple, int]] = []
     for path, size in files:
         compression = config.compression_type
         if compression == CompressionTypes.AUTO:
             compression = CompressionTypes.detect_compression_type(path)
         if compression != CompressionTypes.UNCOMPRESSED or config.skip_header_lines:
-            parts.append((path, 0, None))  # read whole, in one task
+            parts.append(((path, 0, None), size))  # read whole, in one task
         else:
-            parts += [(path, start, min(start + split, size)) for start in range(0, size, split)]
-    if not parts:
-        return ElementBatches(sc.parallelize([], 1))
+            parts += [((path, start, min(start + split, size)), min(split, size - start))
+                      for start in range(0, size, split)]
     read = functools.partial(_read_part, compression_type=config.compression_type,
-                             skip=config.skip_header_lines)
-    return ElementBatches(sc.parallelize(parts, len(parts)).flatMap(read).mapPartitions(
+                             skip=config.skip_header_lines, chunk=chunk)
+    return ElementBatches(parts_rdd(ctx.sc, parts, ctx.parallelism, read).mapPartitions(
         functools.partial(_decoded, config.pattern, config.coder)))
 
 
