@@ -58,17 +58,24 @@ class ReadConfig:
 def _regions(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
     """The records of a byte stream as regions: a record ends at ``\n``; a
     final unterminated one keeps its bytes, an empty one is no record."""
-    tail = b""
+    # A record longer than a chunk is held in pieces and joined once: adding
+    # each chunk to it would copy it again per chunk.
+    pending: list[bytes] = []
     for chunk in chunks:
-        buffer = tail + chunk if tail else chunk
-        cut = buffer.rfind(b"\n")
+        cut = chunk.rfind(b"\n")
         if cut < 0:
-            tail = buffer
+            pending.append(chunk)
             continue
-        yield buffer[:cut], True
-        tail = buffer[cut + 1:]
-    if tail:
-        yield tail, False
+        region = chunk[:cut]
+        if pending:
+            pending.append(region)
+            region = b"".join(pending)
+            pending = []
+        yield region, True
+        if cut + 1 < len(chunk):
+            pending.append(chunk[cut + 1:])
+    if pending:
+        yield b"".join(pending), False
 
 
 def _skipped(regions: Iterable[tuple[bytes, bool]], skip: int) -> Iterator[tuple[bytes, bool]]:
