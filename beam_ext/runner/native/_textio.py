@@ -2,12 +2,12 @@
 
 Reading: the pattern is matched on the driver with Beam's ``FileSystems``
 (same files, empty files skipped). Uncompressed files are cut into byte
-ranges, one Spark task each; a task reads the records that start in its
-range, as Beam's splits do, with buffered ``readline``: a record ends at
-``\n`` and loses a ``\r`` just before it, never ends at a lone ``\r``, and
-a last line without newline keeps its bytes. Compressed files (and every
-file when ``skip_header_lines`` is set) are read whole by one task each,
-through ``FileSystems.open`` with the source's compression. The source's
+ranges; a task reads the records that start in its range, as Beam's splits
+do: a record ends at ``\n`` and loses a ``\r`` just before it, never ends
+at a lone ``\r``, and a last line without newline keeps its bytes.
+Compressed files (and every file when ``skip_header_lines`` is set) are
+read whole, through ``FileSystems.open`` with the source's compression.
+Neighbouring ranges and files share a task (:mod:`._file_tasks`). The source's
 coder decodes each record as Beam's does (invalid UTF-8 raises). Spark's
 own text reader is not used: it cannot tell whether a file's last line
 ended with a newline, and its rows cost more to hand to Python than these
@@ -56,7 +56,7 @@ class ReadConfig:
 # per line. Regions are ``(bytes, terminated)``; only the last record of a
 # file can be unterminated, and it keeps a final \r.
 def _regions(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
-    """The records of a byte stream as regions: a record ends at ``\n``; a
+    """The records of a byte stream as regions: a record ends at ``\\n``; a
     final unterminated one keeps its bytes, an empty one is no record."""
     # A record longer than a chunk is held in pieces and joined once: adding
     # each chunk to it would copy it again per chunk.
