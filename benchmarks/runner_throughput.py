@@ -261,8 +261,8 @@ def rdd_side_join(sc, n, side_size):
 
 
 # -- cases ----------------------------------------------------------------------
-PIPELINES = ("wordcount", "side_mean", "combine", "gbk", "cogbk", "side_join", "windowed", "sessions", "rows",
-             "rows_grouped")
+PIPELINES = ("wordcount", "side_mean", "combine", "combine_many_keys", "gbk", "cogbk", "side_join", "windowed",
+             "sessions", "rows", "rows_grouped")
 SWEPT = ("wordcount", "side_mean")
 
 
@@ -308,9 +308,12 @@ def case(name: str, n: int, texts: _Texts, sc) -> tuple[str, Callable, Callable]
         label, beam_build, rdd_job = _KEYED[name]
         return (f"{label} ({_COMBINE_KEYS:,} keys)", lambda p: beam_build(p, n, _COMBINE_KEYS),
                 lambda: rdd_job(sc, n, _COMBINE_KEYS))
-    if name == "gbk":
+    if name in ("gbk", "combine_many_keys"):
         keys = max(1, n // 2)
-        return (f"GroupByKey ({keys:,} keys)", lambda p: beam_gbk(p, n, keys), lambda: rdd_gbk(sc, n, keys))
+        if name == "gbk":
+            return (f"GroupByKey ({keys:,} keys)", lambda p: beam_gbk(p, n, keys), lambda: rdd_gbk(sc, n, keys))
+        return (f"CombinePerKey ({keys:,} keys)", lambda p: beam_combine(p, n, keys),
+                lambda: rdd_combine(sc, n, keys))
     if name == "side_join":
         return (f"side-input join ({_SIDE_JOIN_DICT:,}-entry dict)",
                 lambda p: beam_side_join(p, n, _SIDE_JOIN_DICT),
