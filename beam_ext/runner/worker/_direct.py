@@ -918,6 +918,27 @@ def _run_windowed(process: Callable, is_map: bool, check: bool, output: Callable
         yield out
 
 
+# Builtins that iterate their argument once: Beam's re-iterable chain of a
+# merge's accumulators is then a plain chain.
+_ONE_PASS = (sum, min, max)
+
+
+def phase_apply(phase: str, executor: Any) -> Callable[[Any], Any]:
+    """``executor.apply`` (Beam's ``PhasedCombineFnExecutor``) as the
+    ``CombineFn``'s own method where the executor only passes it on: a
+    call fewer per key. A function's merge of ``sum``, ``min`` or ``max``
+    chains the accumulators itself."""
+    fn = executor.combine_fn
+    if phase == "merge":
+        if type(fn) is core.NoSideInputsCallableWrapperCombineFn and fn._fn in _ONE_PASS:
+            one_pass = fn._fn
+            return lambda accumulators: [one_pass(chained.from_iterable(accumulators))]
+        return fn.merge_accumulators
+    if phase == "extract":
+        return fn.extract_output
+    return executor.apply
+
+
 def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State,
                batches: Iterator[Same | list]) -> Iterator[Same | list]:
     """Beam's ``CombineOperation``: each ``(key, values)`` element becomes
@@ -926,7 +947,7 @@ def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State,
 
     fn, args, kwargs = pickler.loads(phase.combine_fn)[:3]
     executor = combiners.PhasedCombineFnExecutor(phase.phase, fn, args, kwargs)
-    apply = executor.apply
+    apply = phase_apply(phase.phase, executor)
 
     def keyed(kv: tuple) -> tuple:
         key, values = kv
