@@ -44,6 +44,8 @@ OWN_TYPES = frozenset({type(None), bool, int, float, bytes, str, list, tuple, di
 # The first byte of FastPrimitivesCoder's encoding of a value it hands to its fallback.
 _UNKNOWN_TYPE = FastPrimitivesCoder().encode(object())[0]
 # A key's held objects as one block from two on: a block of one costs a pickle call as before.
+# Never below two: a reader decodes a record of one value as an encoding, unasked
+# (GroupReader.read_batches).
 _MIN_BLOCK_VALUES = 2
 
 

@@ -59,6 +59,8 @@ _ROW_BYTES = 64
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 # A key's rows held as fields: from 4 rows a block costs less, written and read,
 # than RowCoder encodings made from the fields (benchmarks/row_blocks.py --held).
+# Never below two: a reader decodes a record of one row as an encoding, unasked
+# (GroupReader.read_batches).
 _MIN_BLOCK_ROWS = 4
 
 

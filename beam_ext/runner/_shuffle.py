@@ -610,12 +610,13 @@ class GroupReader:
             blocks = self._blocks
             batch, size = [], 0
             for key, count, pieces in groups:
-                if blocks is not None:
-                    values = blocks.decode_all(pieces)
-                elif count == len(pieces) and count < 8:
+                if count == len(pieces) and count < 8:
                     # A few values, a piece each: decoding each beats joining and parsing
                     # them; from 8 values on the iterable coder's loop wins (benchmarks/group_read.py).
+                    # A piece of one value is never a block, which holds two or more.
                     values = list(map(decode_value, pieces))
+                elif blocks is not None:
+                    values = blocks.decode_all(pieces)
                 else:  # many values, or pieces of several (gathered by key, merged from spilled runs)
                     values = decode_values(create_InputStream(b"".join((pack(count), *pieces))), True)
                 batch.append(with_value((decode_key(key), values)))
