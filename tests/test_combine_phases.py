@@ -40,6 +40,9 @@ def test_merge_then_extract_as_beams_executor(groups):
             if name == "merge":
                 merged = {"beam": merged_beam, "ours": merged_ours}
             assert _same(merged_ours, merged_beam), (fn, name)
+        # Both phases in one call, as a merge runs with its extract.
+        both = phase_apply("merge_extract", combiners.PhasedCombineFnExecutor("merge", fn, (), {}))
+        assert _same(both(accumulators), fn.extract_output(fn.merge_accumulators(accumulators))), fn
 
 
 def test_sum_merges_without_beams_chain_and_a_reiterating_function_keeps_it():
@@ -64,3 +67,45 @@ def test_combine_per_key_on_spark_and_direct_runner_equal_the_sums(spark):
         with beam.Pipeline(runner=runner) as p:
             out = p | beam.Create(pairs) | beam.CombinePerKey(sum) | beam.Map(repr)
             assert_that(out, equal_to(expected))
+
+
+class _PhaseCounts(beam.CombineFn):
+    """A sum counting its merges and extractions."""
+
+    def __init__(self):
+        from apache_beam.metrics import Metrics
+        self.merged = Metrics.counter("phases", "merged")
+        self.extracted = Metrics.counter("phases", "extracted")
+
+    def create_accumulator(self):
+        return 0
+
+    def add_input(self, accumulator, value):
+        return accumulator + value
+
+    def merge_accumulators(self, accumulators):
+        self.merged.inc()
+        return sum(accumulators)
+
+    def extract_output(self, accumulator):
+        self.extracted.inc()
+        return accumulator
+
+
+def test_a_combine_fns_merge_and_extract_count_under_their_own_steps_as_in_beam(spark):
+    # SparkRunner runs a plain CombineFn's merge and extract in one pass;
+    # a user's still counts each phase under its own step.
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from beam_ext.runner import SparkRunner
+
+    def counts(runner):
+        p = beam.Pipeline(runner=runner)
+        _ = p | beam.Create([(k % 4, k) for k in range(40)]) | "Total" >> beam.CombinePerKey(_PhaseCounts())
+        result = p.run()
+        result.wait_until_finish()
+        return sorted((m.key.step, m.key.metric.name, m.committed)
+                      for m in result.metrics().query(MetricsFilter().with_namespace("phases"))["counters"])
+
+    assert counts(SparkRunner()) == counts("DirectRunner") == [
+        ("Total/ExtractOutputs", "extracted", 4), ("Total/Merge", "merged", 4)]

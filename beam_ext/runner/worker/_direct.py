@@ -927,27 +927,49 @@ def phase_apply(phase: str, executor: Any) -> Callable[[Any], Any]:
     """``executor.apply`` (Beam's ``PhasedCombineFnExecutor``) as the
     ``CombineFn``'s own method where the executor only passes it on: a
     call fewer per key. A function's merge of ``sum``, ``min`` or ``max``
-    chains the accumulators itself."""
+    chains the accumulators itself. ``phase`` ``merge_extract``: the
+    output of a key's accumulators merged."""
     fn = executor.combine_fn
+    one_pass = fn._fn if type(fn) is core.NoSideInputsCallableWrapperCombineFn and fn._fn in _ONE_PASS else None
     if phase == "merge":
-        if type(fn) is core.NoSideInputsCallableWrapperCombineFn and fn._fn in _ONE_PASS:
-            one_pass = fn._fn
+        if one_pass is not None:
             return lambda accumulators: [one_pass(chained.from_iterable(accumulators))]
         return fn.merge_accumulators
+    if phase == "merge_extract":  # both phases, as a merge's extract run with it (see _run_phase)
+        if one_pass is not None:
+            # extract_output of merge_accumulators' one-value list: the
+            # function of it (sum's 0 + total included, as Beam adds it).
+            return lambda accumulators: one_pass((one_pass(chained.from_iterable(accumulators)),))
+        merge, extract = fn.merge_accumulators, fn.extract_output
+        return lambda accumulators: extract(merge(accumulators))
     if phase == "extract":
         return fn.extract_output
     return executor.apply
 
 
-def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State,
-               batches: Iterator[Same | list]) -> Iterator[Same | list]:
+def extracts_after(merge: DirectCombinePhase | DirectStep, extract: DirectCombinePhase | DirectStep) -> bool:
+    """Whether ``extract`` extracts the outputs of ``merge``'s accumulators:
+    a lifted combine's last two phases, one after the other."""
+    return (type(merge) is DirectCombinePhase and type(extract) is DirectCombinePhase and merge.phase == "merge"
+            and extract.phase == "extract" and extract.combine_fn == merge.combine_fn)
+
+
+def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State, batches: Iterator[Same | list],
+               then: tuple[DirectCombinePhase, _State] | None = None) -> Iterator[Same | list]:
     """Beam's ``CombineOperation``: each ``(key, values)`` element becomes
-    ``(key, phase of the values)``, its windowing kept."""
+    ``(key, phase of the values)``, its windowing kept. ``then``: the
+    extract phase after this merge (see :func:`extracts_after`) and its
+    state, run in the same pass where the ``CombineFn`` is one of Beam's
+    plain arithmetic (see :mod:`._plain_accumulators`), which runs no user
+    code to count metrics under either phase; else after it."""
     from apache_beam.internal import pickler
 
     fn, args, kwargs = pickler.loads(phase.combine_fn)[:3]
+    if then is not None and (args or kwargs or plain_accumulators(fn) is None):
+        yield from _run_phase(then[0], tracker, then[1], _run_phase(phase, tracker, state, batches))
+        return
     executor = combiners.PhasedCombineFnExecutor(phase.phase, fn, args, kwargs)
-    apply = phase_apply(phase.phase, executor)
+    apply = phase_apply("merge_extract" if then is not None else phase.phase, executor)
 
     def keyed(kv: tuple) -> tuple:
         key, values = kv
@@ -963,7 +985,7 @@ def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State,
             tracker.enter(state)
             try:
                 if type(batch) is Same:
-                    out: Same | list = Same(batch.template, list(map(keyed, batch.values)))
+                    out: Same | list = Same(batch.template, [(key, apply(values)) for key, values in batch.values])
                 else:
                     out = [wv.with_value(keyed(wv.value)) for wv in batch]
             except Exception as exc:  # noqa: BLE001 - re-raised naming the step
@@ -1607,7 +1629,11 @@ class _ChainRun:
         picks = root and steps and steps[0][1] is not None and _picks_fields(steps[0][0], steps[0][1])
         if root and not picks and not chain.keyed_memory:
             batches = as_batches(batches)
+        # A merge's extract phase runs with it (see _run_phase's ``then``).
+        extracts = {n + 1 for n in range(len(steps) - 1) if extracts_after(steps[n][0], steps[n + 1][0])}
         for n, (step, info) in enumerate(steps):
+            if n in extracts:
+                continue
             container = MetricsContainer(step.name)
             self.containers.append((step.name, container))
             if getattr(step, "stateful", False):  # first on its chain: ``batches`` are its input's groups by key
@@ -1626,7 +1652,12 @@ class _ChainRun:
                         or not self.batches_out):
                     batches = as_batches(batches)
             elif info is None:
-                batches = _run_phase(step, tracker, _State(container), batches)
+                then = None
+                if n + 1 in extracts:
+                    extract = MetricsContainer(steps[n + 1][0].name)
+                    self.containers.append((steps[n + 1][0].name, extract))
+                    then = (steps[n + 1][0], _State(extract))
+                batches = _run_phase(step, tracker, _State(container), batches, then)
             elif step is fields_step:
                 batches = _run_fields(step.name, fields, tracker, _State(container), batches)
             else:
