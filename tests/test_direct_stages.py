@@ -416,6 +416,21 @@ def test_a_failing_combine_fn_names_its_step():
     assert "Total" in str(info.value) and "negative input -1" in str(info.value)
 
 
+def _seed_pairs(seed: int):
+    # 40,000 pairs a seed over 280,000 keys: seeds 0 and 7 share theirs.
+    return [((seed * 40_000 + i) % 280_000, 1) for i in range(40_000)]
+
+
+def test_a_combine_per_key_over_keys_that_hardly_repeat_counts_every_value(spark):
+    # A task takes at least 160,000 of the 320,000 pairs: past the 100,000
+    # its partial combine probes, its keys have not repeated, and it passes
+    # the rest of its values on alone; their sums are still whole.
+    with beam.Pipeline(runner=SparkRunner()) as p:
+        sums = (p | beam.Create(range(8)) | beam.Reshuffle() | beam.FlatMap(_seed_pairs)
+                | beam.CombinePerKey(sum) | beam.Values() | beam.combiners.Count.PerElement())
+        assert_that(sums, equal_to([(1, 240_000), (2, 40_000)]))
+
+
 def test_the_partial_combine_evicts_its_oldest_keys_and_loses_none():
     # Beam's bound is 100,000 keys (1,000,000 for small accumulators); a
     # small one shows the eviction on a few elements.
@@ -448,7 +463,8 @@ PLAIN_FNS = [combiners.CountCombineFn(), combiners.MeanCombineFn(), core.Combine
 PLAIN_IDS = ["count", "mean", "sum", "min", "max", "sum-no-side-inputs", "single-input-tuple"]
 
 
-def _partial_combine(fn, kvs: list, max_keys: int | None = None) -> list:
+def _partial_combine(fn, kvs: list, max_keys: int | None = None, probe_rows: int | None = None,
+                     batch_size: int | None = None) -> list:
     from apache_beam.internal import pickler
     from apache_beam.metrics.execution import MetricsContainer
 
@@ -458,9 +474,71 @@ def _partial_combine(fn, kvs: list, max_keys: int | None = None) -> list:
     combine = _direct.DirectCombine("Fn/Precombine", pickler.dumps((fn, [], {})),
                                     core.Windowing(window.GlobalWindows()))
     values = [window.GlobalWindows.windowed_value(kv) for kv in kvs]
+    batches = element_batches.batched(iter(values), *(() if batch_size is None else (batch_size,)))
+    probe = {} if probe_rows is None else {"probe_rows": probe_rows}
     return [wv.value for batch in _direct._precombine(
         combine, _direct._Tracker(), _direct._State(MetricsContainer("t")),
-        map(element_batches.as_batch, element_batches.batched(iter(values))), max_keys=max_keys) for wv in element_batches.windowed(batch)]
+        map(element_batches.as_batch, batches), max_keys=max_keys, **probe) for wv in element_batches.windowed(batch)]
+
+
+class _SortedValues(beam.CombineFn):
+    """A key's values, sorted; its accumulator compacts into a tuple."""
+
+    def create_accumulator(self):
+        return []
+
+    def add_input(self, accumulator, value):
+        return [*accumulator, value]
+
+    def merge_accumulators(self, accumulators):
+        return [value for accumulator in accumulators for value in accumulator]
+
+    def compact(self, accumulator):
+        return tuple(sorted(accumulator))
+
+    def extract_output(self, accumulator):
+        return sorted(accumulator)
+
+
+# CombineFns the partial combine runs by their own methods, not as plain accumulators.
+OTHER_FNS = [combiners.ToListCombineFn(), combiners.TopCombineFn(2), _SortedValues()]
+OTHER_IDS = ["to-list", "top", "sorted-values"]
+
+
+@pytest.mark.parametrize("fn", PLAIN_FNS + OTHER_FNS, ids=PLAIN_IDS + OTHER_IDS)
+def test_a_partial_combine_whose_keys_do_not_repeat_passes_each_value_on_as_beams_accumulator(fn):
+    # Keys that do not repeat in the first elements taken (7 here, 100,000
+    # by default): the table's keys are emitted, and every next value passes
+    # on alone, as the compacted accumulator Beam's add_input makes of it
+    # (to the bit), in the order taken.
+    kvs = [(k, k * 0.5 - 7) for k in range(40)] + [(3, -0.0), (3, 2.5)]
+    got = _partial_combine(fn, kvs, probe_rows=7, batch_size=7)
+    assert repr(got) == repr([(k, fn.compact(fn.add_input(fn.create_accumulator(), v))) for k, v in kvs])
+
+
+@pytest.mark.parametrize("fn", PLAIN_FNS[:3] + OTHER_FNS[:1], ids=PLAIN_IDS[:3] + OTHER_IDS[:1])
+def test_a_partial_combine_whose_keys_repeat_keeps_combining(fn):
+    # 7 elements of 3 keys: 0.43 keys an element, under the 0.8 it passes at.
+    kvs = [(k % 3, k) for k in range(40)]
+    got = _partial_combine(fn, kvs, probe_rows=7, batch_size=7)
+    assert sorted(key for key, _ in got) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("fn", PLAIN_FNS + OTHER_FNS, ids=PLAIN_IDS + OTHER_IDS)
+@settings(max_examples=30, deadline=None)
+@given(kvs=st.lists(st.tuples(st.integers(0, 40), st.integers(-10**20, 10**20)), max_size=80),
+       probe_rows=st.integers(1, 30), batch_size=st.integers(1, 9))
+def test_a_partial_combine_probing_its_keys_loses_nothing(fn, kvs, probe_rows, batch_size):
+    # Whether it passes values on or keeps combining, each key's partials
+    # merge into Beam's result of adding its values one at a time.
+    partials: dict = {}
+    for key, partial in _partial_combine(fn, kvs, probe_rows=probe_rows, batch_size=batch_size):
+        partials.setdefault(key, []).append(partial)
+    want: dict = {}
+    for key, value in kvs:
+        want[key] = fn.add_input(want.get(key, fn.create_accumulator()), value)
+    assert ({key: fn.extract_output(fn.merge_accumulators(accs)) for key, accs in partials.items()}
+            == {key: fn.extract_output(acc) for key, acc in want.items()})
 
 
 @pytest.mark.parametrize("fn", PLAIN_FNS, ids=PLAIN_IDS)

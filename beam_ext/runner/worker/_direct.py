@@ -1083,10 +1083,18 @@ _REGROUP_EVERY = 64
 # its table is keyed by the key alone.
 _KEY_ALONE = (None,)
 
+# A partial combine that holds more than _HELD_SHARE as many keys as it has
+# taken elements, once it has taken _PROBE_ROWS, passes the rest on each
+# alone: its table would cost more than the shuffle it saves. Spark SQL's
+# and DataFusion's partial aggregations stop at the same evidence (DataFusion's
+# defaults: 100,000 rows, 0.8).
+_PROBE_ROWS = 100_000
+_HELD_SHARE = 0.8
+
 
 def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batches: Iterator[Same | list],
                 max_keys: int | None = None, unkeyed: bool = False, folded: Any = None,
-                fields: AggregatedFields | None = None) -> Iterator[Same | list]:
+                fields: AggregatedFields | None = None, probe_rows: int = _PROBE_ROWS) -> Iterator[Same | list]:
     """Beam's ``PGBKCVOperation`` over the task's input: one flush at the end, not one per bundle.
 
     ``max_keys``: the keys held before a tenth are evicted; Beam's bound by
@@ -1099,7 +1107,11 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
     :func:`keyed_assigner`, with no window or key made per element; other
     combines run the ``WindowInto`` first. ``fields``: the input is the
     pairs of :meth:`AggregatedFields.pairs`, whose keys are made Beam's
-    ``Key`` rows as they are emitted (see :func:`_takes_fields`)."""
+    ``Key`` rows as they are emitted (see :func:`_takes_fields`).
+    ``probe_rows``: the elements taken before the combine checks that its
+    keys repeat (under default windowing, keyed); if they hardly do, it
+    emits its table and passes each next element on alone, as the
+    accumulator of its value (see ``_HELD_SHARE``)."""
     from apache_beam.internal import pickler
     from apache_beam.transforms import core
     from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
@@ -1260,7 +1272,19 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
         for wv in batch:
             add_each((wv.value,), wv.windows, wv.timestamp if combiner is not None else None, out)
 
+    def alone(pairs: list) -> list:
+        """Each pair's key with the compacted accumulator of its value alone."""
+        if plain:
+            singles = plain.singles(pairs)
+            return singles if rekey is None else [(rekey(key), acc) for key, acc in singles]
+        if compact is None:
+            return [(key, add(create(), value)) for key, value in pairs]
+        return [(key, compact(add(create(), value))) for key, value in pairs]
+
     grouping, batches_seen = True, 0
+    # Until probed: the elements taken. Sessions merge, and the unkeyed
+    # combine has one key: both always pay.
+    probing, passing, taken = default and not unkeyed and sessions is None, False, 0
     tracker.enter(state)
     combine_fn.setup()
     try:
@@ -1272,7 +1296,9 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             tracker.enter(state)
             try:
                 same = type(batch) is Same
-                if sessions is not None:
+                if passing:
+                    out = alone(batch.values if same else [wv.value for wv in batch])
+                elif sessions is not None:
                     out = sessions.add(batch)
                 elif plain:
                     plain.add(table, (batch.values if same else [wv.value for wv in batch]) if default
@@ -1300,6 +1326,14 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
                         add_each(kvs, windows, timestamp, out)
                 else:
                     add_windowed(batch, out)
+                if probing:
+                    taken += len(batch.values) if same else len(batch)
+                    if taken >= probe_rows:
+                        probing = False
+                        passing = len(table) > _HELD_SHARE * taken
+                        if passing:
+                            out.extend(emit(wkey, entry) for wkey, entry in table.items())
+                            table.clear()
             except Exception as exc:  # noqa: BLE001 - re-raised naming the step
                 raise _failed(combine.name) from exc
             if out:

@@ -27,12 +27,14 @@ class _Kind:
     updated in place by each next one, and finished into Beam's compacted
     accumulator; ``add`` updates a table from a batch's ``(key, value)``
     pairs, the update written out in its loop (a call per element costs
-    a tenth of a plain combine)."""
+    a tenth of a plain combine); ``single`` is the finished accumulator of
+    one value alone, ``finish(new(value))`` without the list between."""
 
     new: Callable[[Any], list]
     update: Callable[[list, Any], None]
     finish: Callable[[list], Any]
     add: Callable[[dict, Any], None]
+    single: Callable[[Any], Any]
 
 
 def _update_count(acc: list, value: Any) -> None:
@@ -99,16 +101,23 @@ def _add_each(new: Callable[[Any], list], update: Callable[[list, Any], None], t
             update(acc, value)
 
 
-_COUNT = _Kind(_count_new, _update_count, lambda acc: acc[0], functools.partial(_add_each, _count_new, _update_count))
+def _alone(value: Any) -> list:
+    # The buffer of one value, as CombineFn.from_callable's add_input leaves it.
+    return [value]
+
+
+_COUNT = _Kind(_count_new, _update_count, lambda acc: acc[0], functools.partial(_add_each, _count_new, _update_count),
+               lambda value: 1)
 # MeanCombineFn: create_accumulator (0, 0); add_input (sum_ + element, count + 1).
-_MEAN = _Kind(_mean_new, _update_total, lambda acc: (acc[0], acc[1]), functools.partial(_add_totals, _mean_new))
+_MEAN = _Kind(_mean_new, _update_total, lambda acc: (acc[0], acc[1]), functools.partial(_add_totals, _mean_new),
+              lambda value: (0 + value, 1))
 # CombineFn.from_callable(sum) buffers values and sums them every few:
 # 0 + a0 + a1 + ..., in order, as a running total does. A single value's
 # accumulator is the value itself: it is kept too.
 _SUM = _Kind(_sum_new, _update_total, lambda acc: [acc[2]] if acc[1] == 1 else [acc[0]],
-             functools.partial(_add_totals, _sum_new))
-_MIN = _Kind(lambda value: [value], _update_min, list, functools.partial(_add_extremes, operator.lt))
-_MAX = _Kind(lambda value: [value], _update_max, list, functools.partial(_add_extremes, operator.gt))
+             functools.partial(_add_totals, _sum_new), _alone)
+_MIN = _Kind(_alone, _update_min, list, functools.partial(_add_extremes, operator.lt), _alone)
+_MAX = _Kind(_alone, _update_max, list, functools.partial(_add_extremes, operator.gt), _alone)
 
 
 def _kind(fn: Any) -> _Kind | None:
@@ -127,12 +136,22 @@ def _kind(fn: Any) -> _Kind | None:
 @dataclasses.dataclass(frozen=True)
 class PlainAccumulators:
     """How a batch's ``(key, value)`` pairs update a table of plain
-    accumulators (``add(table, pairs)``), a new table, and the accumulator
-    Beam's compacted one equals (``finish(entry)``)."""
+    accumulators (``add(table, pairs)``), a new table, the accumulator
+    Beam's compacted one equals (``finish(entry)``), and the pairs of each
+    key with the finished accumulator of its value alone
+    (``singles(pairs)``: what the table would emit if every pair had a key
+    of its own)."""
 
     add: Callable[[dict, Any], None]
     finish: Callable[[Any], Any]
+    singles: Callable[[Any], list]
     new_table: Callable[[], dict] = dict
+
+
+def _singles(single: Callable[[Any], Any], kvs: Any) -> list:
+    if single is _alone:
+        return [(key, [value]) for key, value in kvs]
+    return [(key, single(value)) for key, value in kvs]
 
 
 def _add_tuples(kinds: tuple[_Kind, ...], table: dict, kvs: Any) -> None:
@@ -169,6 +188,16 @@ def _finished_tuples(kinds: tuple[_Kind, ...]) -> Callable[[list], list]:
     return lambda accs: [finish(acc) for finish, acc in zip(finishes, accs)]
 
 
+def _single_tuples(kinds: tuple[_Kind, ...], kvs: Any) -> list:
+    singles = [kind.single for kind in kinds]
+    return [(key, [single(value) for single, value in zip(singles, values)]) for key, values in kvs]
+
+
+def _single_input_tuples(kinds: tuple[_Kind, ...], kvs: Any) -> list:
+    singles = [kind.single for kind in kinds]
+    return [(key, [single(value) for single in singles]) for key, value in kvs]
+
+
 def _count_keys(counts: Counter, kvs: Any) -> None:
     # CountCombineFn.add_input: accumulator + 1, whatever the value; the keys counted in C.
     counts.update(map(itemgetter(0), kvs))
@@ -177,14 +206,15 @@ def _count_keys(counts: Counter, kvs: Any) -> None:
 def plain_accumulators(fn: Any) -> PlainAccumulators | None:
     """Plain accumulators of ``fn``, a CombineFn whose add_input is plain arithmetic; else None."""
     if type(fn) is combiners.CountCombineFn:
-        return PlainAccumulators(_count_keys, lambda count: count, Counter)
+        return PlainAccumulators(_count_keys, lambda count: count, functools.partial(_singles, _COUNT.single), Counter)
     if type(fn) is combiners.SingleInputTupleCombineFn:
         kinds = tuple(_kind(part) for part in fn._combiners)
         if not kinds or None in kinds:
             return None
-        return PlainAccumulators(functools.partial(_add_single_input_tuples, kinds), _finished_tuples(kinds))
+        return PlainAccumulators(functools.partial(_add_single_input_tuples, kinds), _finished_tuples(kinds),
+                                 functools.partial(_single_input_tuples, kinds))
     kind = _kind(fn)
-    return None if kind is None else PlainAccumulators(kind.add, kind.finish)
+    return None if kind is None else PlainAccumulators(kind.add, kind.finish, functools.partial(_singles, kind.single))
 
 
 def plain_tuple_accumulators(fn: Any) -> PlainAccumulators | None:
@@ -200,5 +230,7 @@ def plain_tuple_accumulators(fn: Any) -> PlainAccumulators | None:
         return None
     if len(kinds) == 1:
         (kind,) = kinds
-        return PlainAccumulators(kind.add, lambda acc: [kind.finish(acc)])
-    return PlainAccumulators(functools.partial(_add_tuples, kinds), _finished_tuples(kinds))
+        return PlainAccumulators(kind.add, lambda acc: [kind.finish(acc)],
+                                 lambda kvs: [(key, [kind.single(value)]) for key, value in kvs])
+    return PlainAccumulators(functools.partial(_add_tuples, kinds), _finished_tuples(kinds),
+                             functools.partial(_single_tuples, kinds))
