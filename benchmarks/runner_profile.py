@@ -235,6 +235,7 @@ def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
         (f"wordcount, {n:,} words", lambda p: beam_wordcount(p, words)),
         (f"GroupByKey, {pairs:,} pairs, {pairs // 2:,} keys", lambda p: beam_gbk(p, pairs, pairs // 2)),
         (f"CombinePerKey, {pairs:,} pairs, 1,000 keys", lambda p: beam_combine(p, pairs, 1_000)),
+        (f"CombinePerKey, {pairs:,} pairs, {pairs // 2:,} keys", lambda p: beam_combine(p, pairs, pairs // 2)),
         (f"CoGroupByKey, {pairs:,} pairs with a 1,000-entry table", lambda p: beam_cogbk(p, pairs, 1_000)),
         (f"per-key mean with a side-input dict, {n:,} words", lambda p: beam_side_mean(p, words)),
         (f"side-input join, {n:,} numbers, 10,000-entry dict", lambda p: beam_side_join(p, n, 10_000)),
