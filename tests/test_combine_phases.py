@@ -109,3 +109,36 @@ def test_a_combine_fns_merge_and_extract_count_under_their_own_steps_as_in_beam(
 
     assert counts(SparkRunner()) == counts("DirectRunner") == [
         ("Total/ExtractOutputs", "extracted", 4), ("Total/Merge", "merged", 4)]
+
+
+def _tuple_fns():
+    return [combiners.TupleCombineFn(sum, max, combiners.MeanCombineFn(), combiners.CountCombineFn()),
+            combiners.SingleInputTupleCombineFn(sum, min, combiners.MeanCombineFn())]
+
+
+def _tuple_accumulators(fn, groups: list) -> list:
+    # A TupleCombineFn adds tuples, a component each; its single-input kin, values.
+    if type(fn) is combiners.TupleCombineFn:
+        groups = [[(v, -v if v == v else v, v, v) for v in group] for group in groups]
+    return [fn.compact(fn.add_inputs(fn.create_accumulator(), group)) for group in groups]
+
+
+@given(groups=st.lists(st.lists(_NUMBERS, min_size=1, max_size=6), min_size=1, max_size=4))
+def test_a_tuple_of_combine_fns_merges_and_extracts_in_one_call_as_beam(groups):
+    for fn in _tuple_fns():
+        accumulators = _tuple_accumulators(fn, groups)
+        both = phase_apply("merge_extract", combiners.PhasedCombineFnExecutor("merge", fn, (), {}))
+        assert _same(both(accumulators), fn.extract_output(fn.merge_accumulators(accumulators))), fn
+
+
+def test_a_tuple_of_combine_fns_merges_many_accumulators_as_beams_batches():
+    # Beam merges a tuple's accumulators in batches (250 at a time for four
+    # components): the one call folds them all at once, to the same floats.
+    import random
+
+    rng = random.Random(7)
+    groups = [[rng.uniform(-1e6, 1e6) for _ in range(rng.randint(1, 3))] for _ in range(1_200)]
+    for fn in _tuple_fns():
+        accumulators = _tuple_accumulators(fn, groups)
+        both = phase_apply("merge_extract", combiners.PhasedCombineFnExecutor("merge", fn, (), {}))
+        assert _same(both(accumulators), fn.extract_output(fn.merge_accumulators(accumulators))), fn

@@ -923,25 +923,50 @@ def _run_windowed(process: Callable, is_map: bool, check: bool, output: Callable
 _ONE_PASS = (sum, min, max)
 
 
+def _one_pass(fn: Any) -> Callable | None:
+    """The builtin of ``sum``, ``min`` or ``max`` that ``fn``, Beam's wrapper of
+    a function (with no extra arguments: curried ones are another type),
+    merges accumulators by; else None."""
+    if type(fn) in (core.NoSideInputsCallableWrapperCombineFn, core.CallableWrapperCombineFn) and fn._fn in _ONE_PASS:
+        return fn._fn
+    return None
+
+
+def _merged_output(fn: Any) -> Callable[[Any], Any]:
+    """``extract_output(merge_accumulators(accumulators))`` of ``fn`` as one call.
+
+    A function's: ``extract_output`` of ``merge_accumulators``' one-value
+    list is the function of it (``sum``'s ``0 +`` included, as Beam adds it).
+    A tuple of CombineFns' (``TupleCombineFn``, ``SingleInputTupleCombineFn``):
+    each component's over its part of the accumulators, as Beam's merges
+    them component by component (in batches, which for these left folds
+    from ``0`` or the first value gives the same result) and extracts a tuple.
+    """
+    one_pass = _one_pass(fn)
+    if one_pass is not None:
+        return lambda accumulators: one_pass((one_pass(chained.from_iterable(accumulators)),))
+    if type(fn) in (combiners.TupleCombineFn, combiners.SingleInputTupleCombineFn):
+        parts = [_merged_output(component) for component in fn._combiners]
+        return lambda accumulators: tuple([part(components) for part, components
+                                           in zip(parts, zip(*accumulators))])
+    merge, extract = fn.merge_accumulators, fn.extract_output
+    return lambda accumulators: extract(merge(accumulators))
+
+
 def phase_apply(phase: str, executor: Any) -> Callable[[Any], Any]:
     """``executor.apply`` (Beam's ``PhasedCombineFnExecutor``) as the
     ``CombineFn``'s own method where the executor only passes it on: a
     call fewer per key. A function's merge of ``sum``, ``min`` or ``max``
     chains the accumulators itself. ``phase`` ``merge_extract``: the
-    output of a key's accumulators merged."""
+    output of a key's accumulators merged (see :func:`_merged_output`)."""
     fn = executor.combine_fn
-    one_pass = fn._fn if type(fn) is core.NoSideInputsCallableWrapperCombineFn and fn._fn in _ONE_PASS else None
     if phase == "merge":
+        one_pass = _one_pass(fn)
         if one_pass is not None:
             return lambda accumulators: [one_pass(chained.from_iterable(accumulators))]
         return fn.merge_accumulators
     if phase == "merge_extract":  # both phases, as a merge's extract run with it (see _run_phase)
-        if one_pass is not None:
-            # extract_output of merge_accumulators' one-value list: the
-            # function of it (sum's 0 + total included, as Beam adds it).
-            return lambda accumulators: one_pass((one_pass(chained.from_iterable(accumulators)),))
-        merge, extract = fn.merge_accumulators, fn.extract_output
-        return lambda accumulators: extract(merge(accumulators))
+        return _merged_output(fn)
     if phase == "extract":
         return fn.extract_output
     return executor.apply
@@ -960,12 +985,14 @@ def _run_phase(phase: DirectCombinePhase, tracker: _Tracker, state: _State, batc
     ``(key, phase of the values)``, its windowing kept. ``then``: the
     extract phase after this merge (see :func:`extracts_after`) and its
     state, run in the same pass where the ``CombineFn`` is one of Beam's
-    plain arithmetic (see :mod:`._plain_accumulators`), which runs no user
-    code to count metrics under either phase; else after it."""
+    plain arithmetic or a tuple of them (see :mod:`._plain_accumulators`),
+    which runs no user code to count metrics under either phase; else
+    after it."""
     from apache_beam.internal import pickler
 
     fn, args, kwargs = pickler.loads(phase.combine_fn)[:3]
-    if then is not None and (args or kwargs or plain_accumulators(fn) is None):
+    if then is not None and (args or kwargs or (plain_accumulators(fn) is None
+                                                 and plain_tuple_accumulators(fn) is None)):
         yield from _run_phase(then[0], tracker, then[1], _run_phase(phase, tracker, state, batches))
         return
     executor = combiners.PhasedCombineFnExecutor(phase.phase, fn, args, kwargs)
