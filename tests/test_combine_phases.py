@@ -119,7 +119,7 @@ def _tuple_fns():
 def _tuple_accumulators(fn, groups: list) -> list:
     # A TupleCombineFn adds tuples, a component each; its single-input kin, values.
     if type(fn) is combiners.TupleCombineFn:
-        groups = [[(v, -v if v == v else v, v, v) for v in group] for group in groups]
+        groups = [[(v, -v, v, v) for v in group] for group in groups]
     return [fn.compact(fn.add_inputs(fn.create_accumulator(), group)) for group in groups]
 
 
