@@ -11,18 +11,26 @@ from beam_ext.runner._shuffle import GroupReader, KeyedValues
 
 
 def shuffled(blocks, encode_key, encode_value, kvs: list, memory: int, sample: int, cut: int,
-             pending: int | None = None) -> list[bytes]:
-    """The blobs ``KeyedValues`` writes for ``kvs``, added ``cut`` pairs at a time, judging keys
-    after ``sample`` values, flushing past ``memory`` bytes, holding ``pending`` objects unpickled."""
+             pending: int | None = None, batch: bool = False) -> list[bytes]:
+    """The blobs ``KeyedValues`` writes for ``kvs``, added ``cut`` pairs at a time (by
+    ``add_batch`` if ``batch``), judging keys after ``sample`` values, flushing past
+    ``memory`` bytes, holding ``pending`` objects unpickled."""
     gathered = KeyedValues(1, memory_bytes=memory, blob_bytes=256, blocks=blocks)
     gathered._sample = sample
     if pending is not None:
         gathered._PENDING = pending
     blobs = []
     for start in range(0, len(kvs), cut):
-        blobs += gathered.add(kvs[start:start + cut], encode_key, encode_value)
+        blobs += added(gathered, kvs[start:start + cut], encode_key, encode_value, batch)
     blobs += gathered.flush()
     return [blob for _, blob in blobs]
+
+
+def added(gathered: KeyedValues, kvs: list, encode_key, encode_value, batch: bool) -> list[tuple[int, bytes]]:
+    """What ``gathered`` flushes taking ``kvs``: as pairs (``add``) or as keys and values apart (``add_batch``)."""
+    if batch:
+        return list(gathered.add_batch([k for k, _ in kvs], [v for _, v in kvs], encode_key, encode_value))
+    return list(gathered.add(kvs, encode_key, encode_value))
 
 
 def groups_both_ways(reader: GroupReader, post, blobs: list[bytes]) -> tuple[dict, dict]:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from beam_ext._key_hash import key_hash
 from beam_ext.runner._group_spill import ExternalGrouping, SpillStats
 from beam_ext.runner._shuffle import Buckets, GroupReader, KeyedValues, ShuffleWriter, unpack
-from tests._block_shuffle import groups_both_ways
+from tests._block_shuffle import added, groups_both_ways
 
 _KV = coders.TupleCoder([coders.StrUtf8Coder(), coders.VarIntCoder()])
 _GROUPED = coders.TupleCoder([coders.StrUtf8Coder(), coders.IterableCoder(coders.VarIntCoder())])
@@ -185,12 +185,13 @@ def _kv_groups(reader: GroupReader, blobs: list[bytes]) -> dict[str, list[int]]:
 
 @settings(max_examples=40, deadline=None)
 @given(kvs=_KVS, memory=st.integers(1, 4000), sample=st.sampled_from([1, 3, 50, 10 ** 6]),
-       reader_memory=st.sampled_from([64, 1 << 20]), cut=st.integers(1, 100))
+       reader_memory=st.sampled_from([64, 1 << 20]), cut=st.integers(1, 100), batch=st.booleans())
 def test_values_gathered_by_key_before_the_shuffle_give_the_groups_of_pairs(kvs, memory, sample, reader_memory,
-                                                                           cut):
+                                                                           cut, batch):
     """Any flush budget, any point where keys are judged not to repeat (and
     the rest written as pairs), any reader budget (spilled or not), batches
-    of any size: the groups of every value, as plain pairs give them."""
+    of any size, pairs or keys and values apart: the groups of every value,
+    as plain pairs give them."""
     reader = _reader(False, reader_memory)
     kv = reader._pre.wrapped_value_coder
     encode_key, encode_value = kv.key_coder().get_impl().encode_nested, kv.value_coder().get_impl().encode_nested
@@ -198,7 +199,7 @@ def test_values_gathered_by_key_before_the_shuffle_give_the_groups_of_pairs(kvs,
     gathered._sample = sample
     blobs: list[tuple[int, bytes]] = []
     for start in range(0, len(kvs), cut):
-        blobs += gathered.add(kvs[start:start + cut], encode_key, encode_value)
+        blobs += added(gathered, kvs[start:start + cut], encode_key, encode_value, batch)
     blobs += gathered.flush()
     plain = Buckets(3, blob_bytes=64)
     plain_blobs = [*plain.add_values(kvs, encode_key, encode_value), *plain.flush()]
@@ -212,20 +213,39 @@ def test_values_gathered_by_key_before_the_shuffle_give_the_groups_of_pairs(kvs,
             key: sorted(values) for key, values in expected.items() if key_hash(encode_key(key)) % 3 == target}
 
 
-def test_keys_that_rarely_repeat_are_written_as_pairs_after_the_sample():
+@settings(max_examples=40, deadline=None)
+@given(kvs=_KVS, cut=st.integers(1, 100))
+def test_values_added_apart_from_their_keys_count_the_bytes_added_as_pairs_do(kvs, cut):
+    reader = _reader(False, 1 << 20)
+    kv = reader._pre.wrapped_value_coder
+    encode_key, encode_value = kv.key_coder().get_impl().encode_nested, kv.value_coder().get_impl().encode_nested
+    pairs, apart = KeyedValues(3, memory_bytes=1 << 40), KeyedValues(3, memory_bytes=1 << 40)
+    pairs._sample = apart._sample = 0  # keys never judged
+    for start in range(0, len(kvs), cut):
+        assert added(pairs, kvs[start:start + cut], encode_key, encode_value, False) == []
+        assert added(apart, kvs[start:start + cut], encode_key, encode_value, True) == []
+    assert (apart._held, apart._count) == (pairs._held, pairs._count)
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_keys_that_rarely_repeat_are_written_as_pairs_after_the_sample(batch):
+    """Keys are judged after the sample's values (by ``add_batch``, after the
+    slice that reaches it: here the slices are the sample's size)."""
     reader = _reader(False, 1 << 20)
     kv = reader._pre.wrapped_value_coder
     encode_key, encode_value = kv.key_coder().get_impl().encode_nested, kv.value_coder().get_impl().encode_nested
     distinct = KeyedValues(1)
     distinct._sample = 100
-    blobs = [blob for _, blob in [*distinct.add([(f"k{i}", i) for i in range(1000)], encode_key, encode_value),
-                                  *distinct.flush()]]
+    kvs = [(f"k{i}", i) for i in range(1000)]
+    blobs = [blob for part in range(0, 1000, 100)
+             for _, blob in added(distinct, kvs[part:part + 100], encode_key, encode_value, batch)]
+    blobs += [blob for _, blob in distinct.flush()]
     # The sample's records, then pairs the shared unpacking reads.
     assert sum(1 for _ in unpack(blobs[1:])) == 900
     repeating = KeyedValues(1)
     repeating._sample = 100
-    blobs = [blob for _, blob in [*repeating.add([(f"k{i % 10}", i) for i in range(1000)], encode_key, encode_value),
-                                  *repeating.flush()]]
+    blobs = [blob for _, blob in [*added(repeating, [(f"k{i % 10}", i) for i in range(1000)], encode_key,
+                                         encode_value, batch), *repeating.flush()]]
     assert len(blobs) == 1
     with pytest.raises(ValueError, match="grouped records where pairs were expected"):
         list(unpack(blobs))
@@ -261,22 +281,26 @@ def _keyed(i: int) -> tuple[str, int]:
     return f"k{i * 7919 % 20000}", i
 
 
-def test_keys_equal_in_python_but_encoded_differently_stay_apart():
+@pytest.mark.parametrize(("batch", "cut"), [(False, 200), (True, 200), (True, 5)])
+def test_keys_equal_in_python_but_encoded_differently_stay_apart(batch, cut):
     """A task encodes a key of an int, str or bytes once per flush; 1, True
     and 1.0, or 0.0 and -0.0, are equal in Python but not in their encodings,
-    and stay separate groups, as Beam's GroupByKey keeps them."""
+    and stay separate groups, as Beam's GroupByKey keeps them. Added five at
+    a time, ``add_batch``'s calls alternate between keys all of those types,
+    filed by the key object, and keys of others, filed by their encodings."""
     key_coder = coders.FastPrimitivesCoder().as_deterministic_coder("test")
     kv = coders.TupleCoder([key_coder, coders.VarIntCoder()])
     grouped = coders.TupleCoder([key_coder, coders.IterableCoder(coders.VarIntCoder())])
     glob = coders.coders.GlobalWindowCoder()
     reader = GroupReader(coders.WindowedValueCoder(kv, glob), coders.WindowedValueCoder(grouped, glob),
                          Windowing(window.GlobalWindows()), trivial=True)
-    keys = [1, True, 1.0, 0.0, -0.0, "1", b"1", (1,), 1 << 70, 2]
+    keys = [1, "1", b"1", 1 << 70, 2, True, 1.0, 0.0, -0.0, (1,)]
     kvs = [(keys[i % len(keys)], i) for i in range(200)]
     gathered = KeyedValues(1)
-    blobs = [blob for _, blob in [*gathered.add(kvs, key_coder.get_impl().encode_nested,
-                                                coders.VarIntCoder().get_impl().encode_nested),
-                                  *gathered.flush()]]
+    blobs = [blob for start in range(0, 200, cut)
+             for _, blob in added(gathered, kvs[start:start + cut], key_coder.get_impl().encode_nested,
+                                  coders.VarIntCoder().get_impl().encode_nested, batch)]
+    blobs += [blob for _, blob in gathered.flush()]
     groups = [wv.value for batch in reader.read_batches(blobs, reader._post, 1 << 20, 100) for wv in batch]
     assert sorted((repr(k), sorted(vs)) for k, vs in groups) == sorted(
         (repr(key), list(range(i, 200, len(keys)))) for i, key in enumerate(keys))

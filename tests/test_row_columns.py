@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beam_ext.runner._row_columns import RowColumns
-from beam_ext.runner._shuffle import GroupReader, _records
-from tests._block_shuffle import BundleConsumer, groups_both_ways, shuffled
+from beam_ext.runner._shuffle import GroupReader, KeyedValues, _records
+from tests._block_shuffle import BundleConsumer, added, groups_both_ways, shuffled
 
 # (name, type, values of that type, values RowCoder changes or refuses in such a field)
 _FIELDS = {
@@ -86,12 +86,12 @@ def _typed(groups: dict) -> dict:
 
 @settings(max_examples=150, deadline=None)
 @given(case=_case(), memory=st.sampled_from([300, 4000, 1 << 20]), sample=st.sampled_from([5, 40, 10 ** 6]),
-       reader_memory=st.sampled_from([100, 1 << 20]), cut=st.integers(1, 50))
-def test_blocks_give_the_groups_and_errors_row_coder_gives(case, memory, sample, reader_memory, cut):
+       reader_memory=st.sampled_from([100, 1 << 20]), cut=st.integers(1, 50), batch=st.booleans())
+def test_blocks_give_the_groups_and_errors_row_coder_gives(case, memory, sample, reader_memory, cut, batch):
     """Rows of any plain fields, some with values RowCoder changes (an int in
     a float field) or refuses (None where not nullable, an int past int64, a
     lone surrogate); any flush budget, keys judged not to repeat at any
-    point, readers spilled or not: the groups of blocks are those of
+    point, readers spilled or not, pairs or keys and values apart: the groups of blocks are those of
     RowCoder's encodings, their rows of the same class, values and types,
     read as objects or as encodings; a row RowCoder refuses raises what
     RowCoder raises for it."""
@@ -110,10 +110,10 @@ def test_blocks_give_the_groups_and_errors_row_coder_gives(case, memory, sample,
     if refused:
         # Rows are encoded a key at a time, so the first refused row may be another one.
         with pytest.raises(tuple(refused)):
-            shuffled(rows, encode_key, encode_value, kvs, memory, sample, cut)
+            shuffled(rows, encode_key, encode_value, kvs, memory, sample, cut, batch=batch)
         return
-    plain = shuffled(None, encode_key, encode_value, kvs, memory, sample, cut)
-    blocks = shuffled(rows, encode_key, encode_value, kvs, memory, sample, cut)
+    plain = shuffled(None, encode_key, encode_value, kvs, memory, sample, cut, batch=batch)
+    blocks = shuffled(rows, encode_key, encode_value, kvs, memory, sample, cut, batch=batch)
     window_ = Windowing(window.GlobalWindows())
     plain_reader = GroupReader(pre, post, window_, trivial=True, memory_bytes=reader_memory)
     reader = GroupReader(pre, post, window_, trivial=True, memory_bytes=reader_memory, blocks=rows)
@@ -222,3 +222,21 @@ def test_a_row_its_coder_refuses_fails_the_job_naming_the_grouping_step():
          | beam.GroupBy("key") | beam.MapTuple(lambda k, rows: len(rows)))
     with pytest.raises(Exception, match=r"(?s)Attempted to encode null for non-nullable field \\?\"amount.*GroupBy"):
         p.run().wait_until_finish()
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=_case(), cut=st.integers(1, 50))
+def test_rows_added_apart_from_their_keys_count_the_bytes_added_as_pairs_do(case, cut):
+    """``add_batch`` holds each row's fields and counts them against the
+    budget, str and bytes by their length, as ``add`` does."""
+    names, kvs = case
+    _, value_coder, pre, _ = _coders(names)
+    kv = pre.wrapped_value_coder
+    encode_key, encode_value = kv.key_coder().get_impl().encode_nested, kv.value_coder().get_impl().encode_nested
+    pairs, apart = (KeyedValues(1, memory_bytes=1 << 40, blocks=RowColumns.of(value_coder)) for _ in range(2))
+    pairs._sample = apart._sample = 0  # keys never judged
+    for start in range(0, len(kvs), cut):
+        part = kvs[start:start + cut]
+        assert added(pairs, part, encode_key, encode_value, False) == []
+        assert added(apart, part, encode_key, encode_value, True) == []
+    assert (apart._held, apart._count) == (pairs._held, len(kvs))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Iterator
 
 from apache_beam import coders
@@ -37,6 +38,8 @@ from beam_ext.runner._row_columns import RowColumns
 _CHUNK_BYTES = 4 << 20
 _PLAIN_KEYS = frozenset({int, str, bytes})
 _SIZED = frozenset({str, bytes})  # field values whose length counts against a KeyedValues budget
+# KeyedValues.add_batch's slice: what a flush may lag behind the budget.
+_BATCH_SLICE = 2048
 # A grouping's values written as blocks: schema rows as columns, or objects Beam pickles.
 Blocks = RowColumns | PickledValues
 
@@ -252,6 +255,7 @@ class KeyedValues:
         # not per value. Of these exact types, equal keys encode equally; of others (1, 1.0,
         # True; 0.0, -0.0) they need not.
         self._keys: dict[Any, bytes] = {}
+        self._by_key: dict[Any, list] = {}  # a held key of those types -> its entries in _table
         self._held = 0
         self._count = 0  # values held
         self._sample = self._SAMPLE  # values after which keys are judged; 0 once judged
@@ -308,6 +312,56 @@ class KeyedValues:
                 held, count = 0, 0
         self._held, self._count = held, count
 
+    def add_batch(self, keys: list, values: list, encode_key: Callable[[Any], bytes],
+                  encode_value: Callable[[Any], bytes]) -> Iterator[tuple[int, bytes]]:
+        """:meth:`add` of ``zip(keys, values)``, a slice at a time: where a
+        slice's keys are all ints, strs or bytes, each value's entry (its
+        fields or its encoding) is made by one ``map`` over the slice and
+        filed by the key object itself, its encoding looked up once per key
+        and flush; the budget and the sample are checked after each slice,
+        so a flush may come up to a slice late."""
+        if self._objects is not None:  # objects are held one by one, in add
+            yield from self.add(zip(keys, values), encode_key, encode_value)
+            return
+        rows = self._rows
+        size = _BATCH_SLICE
+        for start in range(0, len(keys), size):
+            ks, vs = keys[start:start + size], values[start:start + size]
+            if self._pairs is not None or not set(map(type, ks)) <= _PLAIN_KEYS:
+                yield from self.add(zip(ks, vs), encode_key, encode_value)
+                continue
+            if rows is None:
+                entries = list(map(encode_value, vs))
+                added = sum(map(len, entries)) + VALUE_OVERHEAD * len(entries)
+            else:
+                entries = list(map(rows.fields, vs))
+                added = rows.row_bytes * len(entries)
+                for i in rows.sized:
+                    added += sum(len(v) for v in map(itemgetter(i), entries) if type(v) in _SIZED)
+            by_key, table, encoded = self._by_key, self._table, self._keys
+            get = by_key.get
+            for k, entry in zip(ks, entries):
+                held = get(k)
+                if held is None:
+                    key = encoded.get(k)
+                    if key is None:
+                        key = encoded[k] = encode_key(k)
+                    held = table.get(key)
+                    if held is None:
+                        held = table[key] = []
+                        added += len(key) + KEY_OVERHEAD
+                    by_key[k] = held
+                held.append(entry)
+            self._held += added
+            self._count += len(entries)
+            if self._sample and self._count >= self._sample:
+                self._sample = 0
+                if self._count < self._MIN_VALUES_PER_KEY * len(table):
+                    yield from self._to_pairs(iter(()), encode_key, encode_value)
+                    continue
+            if self._held > self._memory_bytes:
+                yield from self.flush()
+
     def _to_pairs(self, kvs: Iterator[tuple[Any, Any]], encode_key: Callable[[Any], bytes],
                   encode_value: Callable[[Any], bytes]) -> Iterator[tuple[int, bytes]]:
         """Keys rarely repeat: what is held is flushed, and plain pairs written from here on."""
@@ -349,6 +403,7 @@ class KeyedValues:
                            self._partitions, self._blob_bytes, join)
         self._table.clear()
         self._keys.clear()
+        self._by_key.clear()
         extra.clear()
         self._held, self._count = 0, 0
         if self._pairs is not None:
