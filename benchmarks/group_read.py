@@ -13,7 +13,10 @@ Times, over 400,000 ``(int key, int value)`` pairs drawn from 200,000 keys
 - both ends together, the values written as pairs (``Buckets.add_values``)
   and gathered by key first (``KeyedValues``, which writes pairs itself
   once it sees keys rarely repeat, as they do at 200,000 keys; ``--keys
-  1000`` gives each key 400 values).
+  1000`` gives each key 400 values);
+- the write gathered by key pair by pair (``KeyedValues.add``) and a batch
+  at a time (``KeyedValues.add_batch``, as a stage on objects writes since
+  2026-12-01).
 
 Both paths of each end are in the same checkout and run alternately, so
 the ratios hold however the machine's speed drifts. Prints the minimum of
@@ -114,12 +117,23 @@ def main() -> None:
         return {wv.value[0]: sorted(wv.value[1]) for b in reader.read_batches(blobs, post, BUNDLE_BYTES, BATCH)
                 for wv in b}
 
-    assert groups(gathered()) == groups(blobs)
+    def gathered_apart() -> list[bytes]:
+        keyed = KeyedValues(PARTITIONS)
+        blobs = [blob for batch in batches
+                 for _, blob in keyed.add_batch(batch, None, *encoders)]
+        return blobs + [blob for _, blob in keyed.flush()]
+
+    assert groups(gathered()) == groups(blobs) == groups(gathered_apart())
     both = _alternating({"both ends, pairs": lambda: groups(write(in_place)),
                          "both ends, gathered by key": lambda: groups(gathered())})
     for label, ns in both.items():
         print(f"  {label:32s} {ns:7.0f}")
     print(f"both ends: {both['both ends, pairs'] / both['both ends, gathered by key']:.2f}x faster gathered")
+    apart = _alternating({"write, gathered, add": gathered, "write, gathered, add_batch": gathered_apart})
+    for label, ns in apart.items():
+        print(f"  {label:32s} {ns:7.0f}")
+    print(f"gathered write: {apart['write, gathered, add'] / apart['write, gathered, add_batch']:.2f}x faster "
+          "a batch at a time")
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ def shuffled(blocks, encode_key, encode_value, kvs: list, memory: int, sample: i
 
 
 def added(gathered: KeyedValues, kvs: list, encode_key, encode_value, batch: bool) -> list[tuple[int, bytes]]:
-    """What ``gathered`` flushes taking ``kvs``: as pairs (``add``) or as keys and values apart (``add_batch``)."""
+    """What ``gathered`` flushes taking ``kvs``: one by one (``add``) or a batch (``add_batch``)."""
     if batch:
-        return list(gathered.add_batch([k for k, _ in kvs], [v for _, v in kvs], encode_key, encode_value))
+        return list(gathered.add_batch(kvs, None, encode_key, encode_value))
     return list(gathered.add(kvs, encode_key, encode_value))
 
 

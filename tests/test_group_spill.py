@@ -228,6 +228,14 @@ def test_values_added_apart_from_their_keys_count_the_bytes_added_as_pairs_do(kv
 
 
 @pytest.mark.parametrize("batch", [False, True])
+def test_an_element_that_is_not_a_pair_is_refused(batch):
+    """As Beam's unpacking of a KV: a triple is not taken as its first two."""
+    encode = coders.VarIntCoder().get_impl().encode_nested
+    with pytest.raises(ValueError, match="too many values to unpack"):
+        added(KeyedValues(1), [(1, 2), (3, 4, 5)], encode, encode, batch)
+
+
+@pytest.mark.parametrize("batch", [False, True])
 def test_keys_that_rarely_repeat_are_written_as_pairs_after_the_sample(batch):
     """Keys are judged after the sample's values (by ``add_batch``, after the
     slice that reaches it: here the slices are the sample's size)."""

@@ -312,17 +312,26 @@ class KeyedValues:
                 held, count = 0, 0
         self._held, self._count = held, count
 
-    def add_batch(self, keys: list, values: list, encode_key: Callable[[Any], bytes],
+    def add_batch(self, elements: list, key_of: Callable[[Any], Any] | None, encode_key: Callable[[Any], bytes],
                   encode_value: Callable[[Any], bytes]) -> Iterator[tuple[int, bytes]]:
-        """:meth:`add` of ``zip(keys, values)``, a slice at a time: where a
-        slice's keys are all ints, strs or bytes, each value's entry (its
-        fields or its encoding) is made by one ``map`` over the slice and
-        filed by the key object itself, its encoding looked up once per key
-        and flush; the budget and the sample are checked after each slice,
-        so a flush may come up to a slice late."""
-        if self._objects is not None:  # objects are held one by one, in add
-            yield from self.add(zip(keys, values), encode_key, encode_value)
+        """:meth:`add` of a batch's ``(key, value)`` pairs, or of its values
+        keyed by ``key_of``, a slice at a time: where a slice's keys are all
+        ints, strs or bytes, each value's entry (its fields or its encoding)
+        is made by one ``map`` over the slice and filed by the key object
+        itself, its encoding looked up once per key and flush; the budget
+        and the sample are checked after each slice, so a flush may come up
+        to a slice late."""
+        pairs = elements if key_of is None else zip(map(key_of, elements), elements)
+        if self._pairs is not None:  # keys rarely repeat: written as they come
+            yield from self._pairs.add_values(pairs, encode_key, encode_value)
             return
+        if self._objects is not None:  # objects are held one by one, in add
+            yield from self.add(pairs, encode_key, encode_value)
+            return
+        if key_of is None:  # unpacking the keys checks that each element is a pair
+            keys, values = [k for k, _ in elements], list(map(itemgetter(1), elements))
+        else:
+            keys, values = list(map(key_of, elements)), elements
         rows = self._rows
         size = _BATCH_SLICE
         for start in range(0, len(keys), size):

@@ -48,7 +48,6 @@ import functools
 import traceback
 from itertools import chain as chained
 from itertools import islice, repeat
-from operator import itemgetter
 from types import GeneratorType
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -1407,12 +1406,7 @@ def _shuffled(chain: DirectChain, last: str, batches: Iterator[list],
                 yield from buckets.add(shuffle.pairs(windowed(batch)))
             else:
                 values = batch.values if type(batch) is Same else [wv.value for wv in windowed(batch)]
-                # The keys and values apart; unpacking the keys checks each is a pair.
-                if key_of is None:
-                    keys, values = [k for k, _ in values], list(map(itemgetter(1), values))
-                else:
-                    keys = list(map(key_of, values))
-                yield from buckets.add_batch(keys, values, *encoders)
+                yield from buckets.add_batch(values, key_of, *encoders)
         except Exception as exc:  # noqa: BLE001 - an output the GroupByKey's coder refuses
             raise _failed(last) from exc
     try:
