@@ -57,21 +57,11 @@ class OnTimePanes:
     def process_entire_key(self, key: Any, values: Iterable[windowed_value.WindowedValue]
                            ) -> Iterator[windowed_value.WindowedValue]:
         """``(key, [values])`` per window, as ``GeneralTriggerDriver.process_entire_key``."""
+        if self._end_of_window:
+            yield from self.panes_at_end(key, [(wv.windows, wv.value) for wv in values])
+            return
         # Keyed by window_key: equal windows decoded separately compare slowly.
         by_window: dict[Any, list] = {}
-        if self._end_of_window:
-            for wv in values:
-                value = wv.value
-                for window in wv.windows:
-                    k = window_key(window)
-                    pane = by_window.get(k)
-                    if pane is None:
-                        by_window[k] = (window, [value])
-                    else:
-                        pane[1].append(value)
-            for window, grouped in by_window.values():
-                yield new_windowed((key, grouped), max_timestamp_micros(window), (window,), ON_TIME)
-            return
         assign = self._output_time.assign_output_time
         combine = self._output_time.combine
         for wv in values:
@@ -87,6 +77,35 @@ class OnTimePanes:
                     pane[2] = combine(pane[2], output_time)
         for window, grouped, output_time in by_window.values():
             yield windowed_value.WindowedValue((key, grouped), output_time, (window,), ON_TIME)
+
+
+    def panes_at_end(self, key: Any, elements: Iterable[tuple[tuple, Any]]) -> Iterator[windowed_value.WindowedValue]:
+        """:meth:`process_entire_key` where the output time is the end of the
+        window (:func:`reads_windows_and_values`), of each element's
+        ``(windows, value)``."""
+        assert self._end_of_window
+        by_window: dict[Any, tuple] = {}
+        for windows, value in elements:
+            for window in windows:
+                k = window_key(window)
+                pane = by_window.get(k)
+                if pane is None:
+                    by_window[k] = (window, [value])
+                else:
+                    pane[1].append(value)
+        for window, grouped in by_window.values():
+            yield new_windowed((key, grouped), max_timestamp_micros(window), (window,), ON_TIME)
+
+
+def reads_windows_and_values(windowing: Any) -> bool:
+    """Whether the batch driver of ``windowing`` reads of an element only its
+    windows and value: :class:`OnTimePanes` at the end of the window (windows
+    that do not merge, the default trigger, end-of-window output times)."""
+    from apache_beam.transforms.window import TimestampCombiner
+
+    return (not windowing.is_default() and windowing.triggerfn == trigger.DefaultTrigger()
+            and not windowing.windowfn.is_merging()
+            and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW)
 
 
 class MergedOnTimePanes:

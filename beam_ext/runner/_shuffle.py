@@ -29,11 +29,12 @@ from apache_beam.transforms.window import GlobalWindow, GlobalWindows
 from apache_beam.utils import windowed_value
 
 from beam_ext._key_hash import key_hash
-from beam_ext.runner._batch_panes import pane_driver
+from beam_ext.runner._batch_panes import OnTimePanes, pane_driver
 from beam_ext.runner._element_batches import Same, batched, windowed
 from beam_ext.runner._group_spill import KEY_OVERHEAD, VALUE_OVERHEAD, ExternalGrouping, Group, SpillStats
 from beam_ext.runner._pickled_values import OWN_TYPES, PickledValues
 from beam_ext.runner._row_columns import RowColumns
+from beam_ext.runner._window_sets import WindowSetCodec
 
 _CHUNK_BYTES = 4 << 20
 _PLAIN_KEYS = frozenset({int, str, bytes})
@@ -95,11 +96,15 @@ class ShuffleWriter:
     """Splits encoded windowed KVs into ``(key bytes, payload)`` pairs."""
 
     def __init__(self, pre_coder: coders.WindowedValueCoder, trivial: bool, blocks: Blocks | None = None,
-                 by_window: bool = False) -> None:
+                 by_window: bool = False, windows_apart: bool = False) -> None:
+        assert not (by_window and windows_apart)
         self._coder = pre_coder
         self._trivial = trivial
         self.blocks = blocks  # how KeyedValues writes a trivial grouping's values as blocks, if it may
         self.by_window = by_window  # objects are gathered per key and windows (WindowedKeyedValues)
+        # A payload is the element's windows and value, not the whole windowed value (GroupSpec.windows_apart).
+        self._window_sets = WindowSetCodec(pre_coder.window_coder) if windows_apart else None
+        self._heads: dict[int, tuple[tuple, bytes]] = {}  # a payload's windows, by the tuple's id
 
     def split(self, data: bytes) -> Iterator[tuple[bytes, bytes]]:
         if self._trivial:
@@ -108,11 +113,47 @@ class ShuffleWriter:
                 yield encode_key(key), encode_value(value)
             return
         impl = self._coder.get_impl()
-        key_impl = self._coder.wrapped_value_coder.key_coder().get_impl()
         stream = create_InputStream(data)
+        if self._window_sets is not None:
+            decode = impl.decode_from_stream
+
+            def elements() -> Iterator[Any]:
+                while stream.size() > 0:
+                    yield decode(stream, True)
+            yield from self._apart(elements())
+            return
+        key_impl = self._coder.wrapped_value_coder.key_coder().get_impl()
         while stream.size() > 0:
             wv = impl.decode_from_stream(stream, True)
             yield key_impl.encode_nested(wv.value[0]), impl.encode_nested(wv)
+
+    def _apart(self, values: Iterable[Any]) -> Iterator[tuple[bytes, bytes]]:
+        """Pairs of windowed KVs whose payload is the length-prefixed encoding of
+        the element's windows, then its value's nested encoding."""
+        kv_coder = self._coder.wrapped_value_coder
+        encode_key = kv_coder.key_coder().get_impl().encode_nested
+        encode_value = kv_coder.value_coder().get_impl().encode_nested
+        heads = self._heads
+        for wv in values:
+            key, value = wv.value
+            windows = wv.windows
+            # Elements of a window mostly share its tuple (WindowInto's
+            # assignment, the partial combine's output): found by identity,
+            # which no other tuple has while the entry keeps this one.
+            found = heads.get(id(windows))
+            head = found[1] if found is not None else self._head(windows)
+            yield encode_key(key), head + encode_value(value)
+
+    def _head(self, windows: tuple) -> bytes:
+        """The length-prefixed encoding of ``windows``, kept by the tuple's identity
+        (the tuple kept too, so its id is not reused while the entry lives)."""
+        out = create_OutputStream()
+        out.write(self._window_sets.encode(windows), True)
+        if len(self._heads) >= 4096:
+            self._heads.clear()
+        head = out.get()
+        self._heads[id(windows)] = (windows, head)
+        return head
 
     def kvs(self, data: bytes) -> Iterator[tuple[Any, Any]]:
         """The ``(key, value)`` objects of encoded windowed KVs of a trivial
@@ -129,6 +170,9 @@ class ShuffleWriter:
         runner's bytes view of it."""
         if self._trivial:
             yield from self.value_pairs(wv.value for wv in values)
+            return
+        if self._window_sets is not None:
+            yield from self._apart(values)
             return
         key = self._coder.wrapped_value_coder.key_coder().get_impl().encode_nested
         encode = self._coder.get_impl().encode_nested
@@ -472,34 +516,16 @@ class WindowedKeyedValues:
         self._writer = writer
         self._encode_key = kv_coder.key_coder().get_impl().encode_nested
         self._encode_value = kv_coder.value_coder().get_impl().encode_nested
-        self._window_impl = writer._coder.window_coder.get_impl()
+        self._window_sets = WindowSetCodec(writer._coder.window_coder)
         self._partitions = partitions
         self._memory_bytes = memory_bytes
         self._blob_bytes = blob_bytes
         self._table: dict[tuple[bytes, bytes], list[bytes]] = {}
         self._keys: dict[Any, bytes] = {}  # as KeyedValues' (plain key types only)
-        # An element's window set, by the tuple's identity (elements of one
-        # window often share it): its encoding. The tuple is kept, so its id
-        # is not reused while the entry lives.
-        self._windows: dict[int, tuple[tuple, bytes]] = {}
         self._held = 0
         self._count = 0
         self._judged = False
         self._pairs: Buckets | None = None
-
-    def _windows_bytes(self, windows: tuple) -> bytes:
-        found = self._windows.get(id(windows))
-        if found is not None and found[0] is windows:
-            return found[1]
-        out = create_OutputStream()
-        out.write_var_int64(len(windows))
-        for window in windows:
-            self._window_impl.encode_to_stream(window, out, True)
-        if len(self._windows) >= 4096:
-            self._windows.clear()
-        encoded = out.get()
-        self._windows[id(windows)] = (windows, encoded)
-        return encoded
 
     def add(self, batch: Any) -> Iterator[tuple[int, bytes]]:
         """Takes a batch of windowed KVs (any of :mod:`._element_batches`' kinds);
@@ -521,7 +547,7 @@ class WindowedKeyedValues:
                     last, kvs = wv.windows, []
                     runs.append((last, kvs))
                 kvs.append(wv.value)
-        windows_bytes, last, last_bytes = self._windows_bytes, None, b""
+        windows_bytes, last, last_bytes = self._window_sets.encode, None, b""
         count = self._count
         for windows, kvs in runs:
             if windows is not last:
@@ -624,7 +650,8 @@ class GroupReader:
 
     def __init__(self, pre_coder: coders.WindowedValueCoder,
                  post_coder: coders.WindowedValueCoder, windowing: Any, trivial: bool,
-                 step: str = "", memory_bytes: int = 256 << 20, blocks: Blocks | None = None) -> None:
+                 step: str = "", memory_bytes: int = 256 << 20, blocks: Blocks | None = None,
+                 windows_apart: bool = False) -> None:
         self._pre = pre_coder
         self._post = post_coder
         self._windowing = windowing
@@ -632,6 +659,7 @@ class GroupReader:
         self.step = step
         self._memory_bytes = memory_bytes
         self._blocks = blocks  # how writers may have written the values as blocks
+        self._windows_apart = windows_apart  # payloads are windows and value (ShuffleWriter's windows_apart)
 
     def read(self, blobs: Iterable[bytes], stats: SpillStats | None = None) -> Iterator[bytes]:
         """The grouped elements of ``blobs``, encoded; ``stats`` counts what spilled."""
@@ -723,6 +751,9 @@ class GroupReader:
         """Beam's trigger driver over each key's values: its panes."""
         driver = pane_driver(self._windowing)
         key_impl = self._pre.wrapped_value_coder.key_coder().get_impl()
+        if self._windows_apart:
+            yield from self._panes_at_end(driver, key_impl, groups)
+            return
         decode = self._pre.get_impl().decode_from_stream
         for encoded_key, _, pieces in groups:
             key = key_impl.decode_nested(encoded_key)
@@ -733,6 +764,21 @@ class GroupReader:
                     wv = decode(stream, True)
                     values.append(wv.with_value(wv.value[1]))
             yield from driver.process_entire_key(key, values)
+
+    def _panes_at_end(self, driver: OnTimePanes, key_impl: Any, groups: Iterable[Group]) -> Iterator[Any]:
+        """:meth:`_trigger_panes` of payloads of windows and value, each set of windows decoded once."""
+        decode_windows = WindowSetCodec(self._pre.window_coder).decode
+        decode_value = self._pre.wrapped_value_coder.value_coder().get_impl().decode_from_stream
+        for encoded_key, _, pieces in groups:
+            elements = []
+            append = elements.append
+            for piece in pieces:
+                stream = create_InputStream(piece)
+                read = stream.read_all
+                while stream.size() > 0:
+                    windows = decode_windows(read(True))
+                    append((windows, decode_value(stream, True)))
+            yield from driver.panes_at_end(key_impl.decode_nested(encoded_key), elements)
 
 
 class ElementSplitter:

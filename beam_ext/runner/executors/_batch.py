@@ -284,7 +284,7 @@ class BatchExecutor:
             blobs = parts[0] if len(parts) == 1 else self._sc.union(parts)
             group = self._plan.groups[buffer_id]
             reader = GroupReader(group.pre_coder, group.post_coder, group.windowing, group.trivial, group.step,
-                                 group.memory_bytes, group.blocks)
+                                 group.memory_bytes, group.blocks, group.windows_apart)
             if objects is None:
                 read = reader.read
             else:

@@ -21,6 +21,7 @@ from apache_beam.transforms.trigger import AccumulationMode, Always
 from apache_beam.transforms.window import GlobalWindows, TimestampCombiner
 from apache_beam.utils import proto_utils
 
+from beam_ext.runner._batch_panes import reads_windows_and_values
 from beam_ext.runner._pickled_values import PickledValues
 from beam_ext.runner._row_columns import RowColumns
 from beam_ext.runner._shuffle import ShuffleWriter
@@ -57,6 +58,11 @@ class GroupSpec:
     # stages on objects ship values gathered per key and windows
     # (_shuffle.WindowedKeyedValues).
     by_window: bool = False
+    # Batch, windows that do not merge, the default trigger, end-of-window
+    # output times: the pane driver reads of an element only its windows and
+    # value, so each shuffled payload is those, without the element's
+    # timestamp and pane (_shuffle.ShuffleWriter).
+    windows_apart: bool = False
 
 
 def _fires_every_element(windowing: Any) -> bool:
@@ -235,7 +241,8 @@ class StagePlanner:
                 passes_through=self.streaming and gbk_id in self._reshuffle_groups()
                 and _fires_every_element(windowing),
                 by_window=self.streaming and self.gather_by_window and not windowing.windowfn.is_merging()
-                and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW)
+                and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW,
+                windows_apart=not self.streaming and reads_windows_and_values(windowing))
         return self._groups[buffer_id]
 
     def _reshuffle_groups(self) -> frozenset[str]:
@@ -276,7 +283,8 @@ class StagePlanner:
                 output_ids[transform.unique_name] = len(outputs)
                 if split_buffer_id(buffer_id)[0] == "group":
                     group = self._group_spec(buffer_id)
-                    shuffle_writers[len(outputs)] = ShuffleWriter(group.pre_coder, group.trivial)
+                    shuffle_writers[len(outputs)] = ShuffleWriter(group.pre_coder, group.trivial,
+                                                                  windows_apart=group.windows_apart)
                 outputs.append(buffer_id)
                 output_pcolls.append(pcoll)
                 self._set_port(transform, pcoll)
@@ -371,7 +379,7 @@ class StagePlanner:
             if split_buffer_id(outputs[index])[0] == "group":
                 # The real coder, not the runner's bytes view: the chain encodes objects.
                 group = self._group_spec(outputs[index])
-                shuffle = ShuffleWriter(coder, group.trivial, group.blocks, group.by_window)
+                shuffle = ShuffleWriter(coder, group.trivial, group.blocks, group.by_window, group.windows_apart)
             ends[transform_id] = DirectEnd(index, coder, shuffle)
         return direct_chain(stage.transforms, input_coder=input_coder, ends=ends, windowing_of=self._windowing,
                             side_input=side_input, combine_fn=combine_fn, partitions=self._partitions,

@@ -1175,16 +1175,19 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
         batches = _assign_windows(combine.name, _by_standard_windows(assigner(folded)), tracker, state, batches)
     global_wv = GlobalWindows.windowed_value(None)
     table: dict = plain.new_table() if plain else {}
-    window_of: dict = {}  # window_key -> window, for plain windowed accumulators
+    # window_key -> (window,), for plain windowed accumulators: the emitted
+    # elements of a window share the tuple, which the shuffle's writer
+    # recognises by identity (ShuffleWriter's windows_apart).
+    window_of: dict = {}
 
     def emit(wkey: Any, entry: Any) -> Any:
         """An output: under default windowing a value of ``global_wv``'s windowing, else an element."""
         if plain:
             if default:
                 return (wkey if rekey is None else rekey(wkey)), plain.finish(entry)
-            window = window_of[wkey[0]]
+            windows = window_of[wkey[0]]
             key = wkey[1] if rekey is None else rekey(wkey[1])
-            return new_windowed((key, plain.finish(entry)), max_timestamp_micros(window), (window,))
+            return new_windowed((key, plain.finish(entry)), max_timestamp_micros(windows[0]), windows)
         value = entry[0] if compact is None else compact(entry[0])
         if default:
             return wkey, value
@@ -1215,7 +1218,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             keys = []
             for window in batch.template.windows:
                 keys.append(window_key(window))
-                window_of.setdefault(keys[-1], window)
+                window_of.setdefault(keys[-1], (window,))
             return [((k, key), value) for key, value in batch.values for k in keys]
         pairs: list = []
         append = pairs.append
@@ -1224,7 +1227,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             for window in wv.windows:
                 k = window_key(window)
                 if k not in window_of:
-                    window_of[k] = window
+                    window_of[k] = (window,)
                 append(((k, key), value))
         return pairs
 
@@ -1235,7 +1238,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
             keys = []
             for k, window in keyed_at(batch.template.timestamp_micros):
                 keys.append(k)
-                window_of.setdefault(k, window)
+                window_of.setdefault(k, (window,))
             keys *= len(batch.template.windows)
             return [((k, key), value) for key, value in batch.values for k in keys]
         pairs: list = []
@@ -1247,7 +1250,7 @@ def _precombine(combine: DirectCombine, tracker: _Tracker, state: _State, batche
                 keyed *= len(wv.windows)
             for k, window in keyed:
                 if k not in window_of:
-                    window_of[k] = window
+                    window_of[k] = (window,)
                 append(((k, key), value))
         return pairs
 

@@ -34,6 +34,7 @@ from beam_ext.runner._batch_panes import ON_TIME, MergedOnTimePanes
 from beam_ext.runner._element_batches import BATCH, BUNDLE_END
 from beam_ext.runner._metrics import RUNNER_NAMESPACE
 from beam_ext.runner._shuffle import windowed_records
+from beam_ext.runner._window_sets import WindowSetCodec
 from beam_ext.runner.state import _versioned as versioned
 from beam_ext.runner.worker._direct import DirectChain
 from beam_ext.runner.worker._setup import WorkerSetup
@@ -115,17 +116,14 @@ class _WindowSets:
     """The window sets of gathered shuffle records, decoded once per distinct encoding, as the task's objects."""
 
     def __init__(self, pre_coder: Any, windows: _Windows) -> None:
-        self._impl = pre_coder.window_coder.get_impl()
+        self._codec = WindowSetCodec(pre_coder.window_coder)
         self._windows = windows
         self._decoded: dict[bytes, tuple] = {}
 
     def of(self, encoded: bytes) -> tuple:
         found = self._decoded.get(encoded)
         if found is None:
-            stream = create_InputStream(encoded)
-            decode = self._impl.decode_from_stream
-            found = self._decoded[encoded] = self._windows.of(
-                tuple(decode(stream, True) for _ in range(stream.read_var_int64())))
+            found = self._decoded[encoded] = self._windows.of(self._codec.decode(encoded))
         return found
 
 
