@@ -389,8 +389,13 @@ class KeyedValues:
             else:
                 entries = list(map(rows.fields, vs))
                 added = rows.row_bytes * len(entries)
-                for i in rows.sized:
-                    added += sum(len(v) for v in map(itemgetter(i), entries) if type(v) in _SIZED)
+                for i in rows.sized:  # fields that may hold a str or bytes, which count their lengths
+                    column = list(map(itemgetter(i), entries))
+                    kinds = set(map(type, column))
+                    if kinds <= _SIZED:
+                        added += sum(map(len, column))
+                    elif kinds & _SIZED:
+                        added += sum(len(v) for v in column if type(v) in _SIZED)
             by_key, table, encoded = self._by_key, self._table, self._keys
             get = by_key.get
             for k, entry in zip(ks, entries):
