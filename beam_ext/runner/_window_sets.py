@@ -14,7 +14,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.transforms.window import IntervalWindow
@@ -24,10 +24,13 @@ _CACHED = 4096
 
 
 class WindowSetCodec:
-    """Encodes and decodes window sets with a window coder, each distinct set once."""
+    """Encodes and decodes window sets with a window coder, each distinct set
+    once; ``made``, if given, turns each decoded set into the one kept (the
+    streaming grouping's own window objects)."""
 
-    def __init__(self, window_coder: Any) -> None:
+    def __init__(self, window_coder: Any, made: Callable[[tuple], tuple] | None = None) -> None:
         self._impl = window_coder.get_impl()
+        self._made = made
         # A set by the tuple's identity (the tuple kept, so its id is not
         # reused while the entry lives), and a single interval window by its
         # bounds, as equal windows made apart are.
@@ -68,5 +71,8 @@ class WindowSetCodec:
             decode = self._impl.decode_from_stream
             if len(self._decoded) >= _CACHED:
                 self._decoded.clear()
-            found = self._decoded[encoded] = tuple(decode(stream, True) for _ in range(stream.read_var_int64()))
+            found = tuple(decode(stream, True) for _ in range(stream.read_var_int64()))
+            if self._made is not None:
+                found = self._made(found)
+            self._decoded[encoded] = found
         return found

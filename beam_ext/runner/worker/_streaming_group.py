@@ -112,21 +112,6 @@ class _Windows:
         return self._singles.setdefault((window._start_micros, window._end_micros), windows)
 
 
-class _WindowSets:
-    """The window sets of gathered shuffle records, decoded once per distinct encoding, as the task's objects."""
-
-    def __init__(self, pre_coder: Any, windows: _Windows) -> None:
-        self._codec = WindowSetCodec(pre_coder.window_coder)
-        self._windows = windows
-        self._decoded: dict[bytes, tuple] = {}
-
-    def of(self, encoded: bytes) -> tuple:
-        found = self._decoded.get(encoded)
-        if found is None:
-            found = self._decoded[encoded] = self._windows.of(self._codec.decode(encoded))
-        return found
-
-
 def _reach(windowing: Any) -> Duration | None:
     """How long after its end a window of ``windowing`` can still take an
     element, or merge with one's window: the allowed lateness, and for
@@ -427,7 +412,8 @@ def _panes_by_key(group: Any, context: BatchContext, previous_output_watermark: 
     counts_elsewhere, dropped = not isinstance(driver, NonMergingTriggerDriver), 0
     by_key: dict[bytes, list] = collections.defaultdict(list)
     gathered: dict[bytes, list] = collections.defaultdict(list)  # (windows, values) records, by key
-    window_sets = _WindowSets(group.pre_coder, windows)
+    # Each distinct encoding decoded once, as the task's window objects.
+    decode_windows = WindowSetCodec(group.pre_coder.window_coder, windows.of).decode
     value_impl = group.pre_coder.wrapped_value_coder.value_coder().get_impl()
     for encoded_key, encoded_windows, count, data in windowed_records(blobs):
         if encoded_windows is None:
@@ -438,7 +424,7 @@ def _panes_by_key(group: Any, context: BatchContext, previous_output_watermark: 
         else:
             stream = create_InputStream(data)
             decode = value_impl.decode_from_stream
-            gathered[encoded_key].append((window_sets.of(encoded_windows), [decode(stream, True)
+            gathered[encoded_key].append((decode_windows(encoded_windows), [decode(stream, True)
                                                                             for _ in range(count)]))
     closing = _ClosingKeys.of(group.windowing, context.previous_watermark, context.watermark,
                               previous_output_watermark)
