@@ -136,8 +136,19 @@ def test_state_carries_over_micro_batches(spark, tmp_path):
     assert sorted(n for k, n in out if k == "k") == [1, 2, 3, 4]
 
 
-def test_running_result_state_metrics_and_cancel(spark, tmp_path):
+def _own_checkpoints(temp) -> list:
+    """The checkpoint directories the runner made for itself under ``temp``."""
+    return sorted(temp.glob("beam_ext-streaming-*"))
+
+
+def test_running_result_state_metrics_and_cancel(spark, tmp_path, monkeypatch):
+    import tempfile
+
     from apache_beam.transforms.periodicsequence import PeriodicImpulse
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))  # where the driver makes its checkpoint
 
     counter = beam.metrics.Metrics.counter("test", "ticks")
 
@@ -159,8 +170,34 @@ def test_running_result_state_metrics_and_cancel(spark, tmp_path):
         if ticks and ticks[0].committed > 2:
             break
     assert ticks and ticks[0].committed > 2  # live, while running
+    assert len(_own_checkpoints(temp)) == 1
     assert result.cancel() == PipelineState.CANCELLED
     assert len(read_lines(path)) >= ticks[0].committed
+    # No --checkpoint_dir: nothing can resume from the runner's own, so it goes with the pipeline.
+    assert _own_checkpoints(temp) == []
+
+
+def test_a_failing_step_names_itself_and_leaves_no_checkpoint_behind(spark, tmp_path, monkeypatch):
+    import tempfile
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+
+    def refuse_three(x):
+        if x == 3:
+            raise ValueError("three is not allowed")
+        return x
+
+    stream = TestStream(coder=VarIntCoder())
+    for i in range(5):
+        stream = stream.add_elements([TV(i, i)]).advance_watermark_to(i + 1)
+    with pytest.raises(Exception, match="three is not allowed") as raised:
+        with beam.Pipeline(runner=SparkRunner(), options=PipelineOptions(
+                ["--streaming", "--spark_batch_interval=0.05"])) as p:
+            _ = p | stream.advance_watermark_to_infinity() | "Refuse" >> beam.Map(refuse_three)
+    assert "Refuse" in str(raised.value)
+    assert _own_checkpoints(temp) == []
 
 
 def test_periodic_impulse_with_a_stop_time_ends_by_itself(spark, tmp_path):

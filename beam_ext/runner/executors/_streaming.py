@@ -128,7 +128,7 @@ class StreamingExecutor(BatchExecutor):
     """Runs a :class:`Plan` in micro-batches until done or stopped.
 
     ``checkpoint_dir``: where state versions and commits live (a temporary
-    directory, deleted at the end, when None). ``batch_interval``: seconds
+    directory, deleted when :meth:`run` returns or raises, when None). ``batch_interval``: seconds
     to wait before polling again when a batch had nothing to do.
     """
 
@@ -242,7 +242,9 @@ class StreamingExecutor(BatchExecutor):
             self._sc.setJobDescription(None)
             self._release()
             self._watermarks.stop()
-            if self._own_dir and self.done():
+            if self._own_dir:
+                # Stopped, cancelled or failed alike: no restart can resume
+                # from a directory nobody named, so keeping it only fills the disk.
                 shutil.rmtree(self._log.root, ignore_errors=True)
 
     def _keep_restrictions_in_state(self, progress: Progress) -> None:
