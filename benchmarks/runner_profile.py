@@ -22,6 +22,7 @@ encoding of it (``to_runner_api``), planning, the Spark jobs, and the rest.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import glob
 import json
@@ -255,10 +256,13 @@ def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
 
 def _session(profile_workers: bool):
     from spark_settings import local_session
+    if not profile_workers:
+        return local_session("runner-profile", None)
     # A dump directory keeps PySpark from printing every profile at exit.
-    return local_session("runner-profile", {
-        "spark.python.profile": "true",
-        "spark.python.profile.dump": tempfile.mkdtemp(prefix="beam_ext_profile_")} if profile_workers else None)
+    dump = tempfile.mkdtemp(prefix="beam_ext_profile_")
+    # Registered before the session, so it runs after PySpark's own dump at exit.
+    atexit.register(shutil.rmtree, dump, True)
+    return local_session("runner-profile", {"spark.python.profile": "true", "spark.python.profile.dump": dump})
 
 
 @contextlib.contextmanager
