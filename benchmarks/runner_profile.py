@@ -16,6 +16,7 @@ encoding of it (``to_runner_api``), planning, the Spark jobs, and the rest.
     python benchmarks/runner_profile.py            # writes docs/benchmarks/runner_profile.md
     python benchmarks/runner_profile.py --quick    # smoke run
     python benchmarks/runner_profile.py --only SlidingAggregate --top 30   # one pipeline, its costliest functions
+    python benchmarks/runner_profile.py --only sessions --elements 10000000  # a throughput pipeline at 10M
     python benchmarks/runner_profile.py --common tagged,partition --top 20  # pipelines of runner_common.py
     python benchmarks/runner_profile.py --common cogbk --streaming --top 20  # the same, in streaming mode
 """
@@ -203,12 +204,12 @@ def profile(name: str, build, spark, out: dict, top: int = 0, streaming: bool = 
             print(f"  {seconds:7.2f} s  {where}", flush=True)
 
 
-def unprofiled_walls(quick: bool, only: str | None = None) -> dict[str, dict]:
+def unprofiled_walls(quick: bool, only: str | None = None, elements: int | None = None) -> dict[str, dict]:
     """Median wall of 3 runs of each pipeline on a session without the profiler, in a
     subprocess, and the driver's phases of that run (see :func:`_walls`)."""
     import subprocess
 
-    code = f"import json, runner_profile as rp; print(json.dumps(rp._walls({quick!r}, {only!r})))"
+    code = f"import json, runner_profile as rp; print(json.dumps(rp._walls({quick!r}, {only!r}, {elements!r})))"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -219,11 +220,11 @@ def unprofiled_walls(quick: bool, only: str | None = None) -> dict[str, dict]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _cases(quick: bool, tmp: str) -> list[tuple[str, object]]:
+def _cases(quick: bool, tmp: str, elements: int | None = None) -> list[tuple[str, object]]:
     import payments_features
 
     words = os.path.join(tmp, "words.txt")
-    n = 20_000 if quick else 2_000_000
+    n = elements or (20_000 if quick else 2_000_000)
     make_text(words, n)
     pairs = n
     payments = payments_features.generate_payments(500 if quick else 5_000)
@@ -315,12 +316,12 @@ def _timed_run(build, spark, streaming: bool = False) -> tuple[float, dict[str, 
     return wall, phases
 
 
-def _walls(quick: bool, only: str | None = None) -> dict[str, dict]:
+def _walls(quick: bool, only: str | None = None, elements: int | None = None) -> dict[str, dict]:
     spark = _session(False)
     tmp = tempfile.mkdtemp(prefix="beam_ext_profile_")
     walls = {}
     try:
-        for name, build in _cases(quick, tmp):
+        for name, build in _cases(quick, tmp, elements):
             if only is not None and only not in name:
                 continue
             runs = [_timed_run(build, spark) for _ in range(4)][1:]  # the first warms the session
@@ -415,16 +416,18 @@ def main() -> None:
                                          "over --size numbers) instead; writes no report")
     parser.add_argument("--size", type=int, default=1_000_000, help="with --common: numbers per pipeline")
     parser.add_argument("--streaming", action="store_true", help="with --common: run them in streaming mode")
+    parser.add_argument("--elements", type=int, default=None,
+                        help="elements of each throughput pipeline (default 2,000,000; 20,000 with --quick)")
     args = parser.parse_args()
     if args.common:
         profile_common(args.common.split(","), args.size, args.top, args.streaming)
         return
-    walls = unprofiled_walls(args.quick, args.only)
+    walls = unprofiled_walls(args.quick, args.only, args.elements)
     spark = _session(True)
     tmp = tempfile.mkdtemp(prefix="beam_ext_profile_")
     results: dict = {}
     try:
-        for name, build in _cases(args.quick, tmp):
+        for name, build in _cases(args.quick, tmp, args.elements):
             if args.only is None or args.only in name:
                 profile(name, build, spark, results, args.top if args.only else 0)
                 print(f"  {_phases_line(walls.get(name))}", flush=True)
