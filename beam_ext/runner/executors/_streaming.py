@@ -128,8 +128,9 @@ class StreamingExecutor(BatchExecutor):
     """Runs a :class:`Plan` in micro-batches until done or stopped.
 
     ``checkpoint_dir``: where state versions and commits live (a temporary
-    directory, deleted when :meth:`run` returns or raises, when None). ``batch_interval``: seconds
-    to wait before polling again when a batch had nothing to do.
+    directory, deleted when :meth:`run` returns or raises, when None).
+    ``batch_interval``: seconds to wait before polling again when a batch
+    had nothing to do.
     """
 
     def __init__(self, sc, plan: Plan, parallelism: int, checkpoint_dir: str | None,
