@@ -20,9 +20,11 @@ report is runner_common_streaming.md and .png.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import glob
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -848,13 +850,30 @@ def _run(runner, build: Callable, n: int, out: str, streaming: bool = False) -> 
     return seconds, sorted(lines)
 
 
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[str]:
+    """A directory that takes every temporary file and directory this process
+    makes while inside (the cases' inputs, both runners' own), removed after."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    saved, tempfile.tempdir = tempfile.tempdir, root
+    try:
+        yield root
+    finally:
+        tempfile.tempdir = saved
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def run(names: list[str], n: int, runs: int, streaming: bool = False) -> list[dict]:
+    with scratch("beam_ext_common_") as tmp:
+        return _run_all(names, n, runs, tmp, streaming)
+
+
+def _run_all(names: list[str], n: int, runs: int, tmp: str, streaming: bool) -> list[dict]:
     from spark_settings import local_session
 
     from beam_ext.runner import SparkRunner
 
     spark = local_session("runner-common")
-    tmp = tempfile.mkdtemp(prefix="beam_ext_common_")
     rows = []
     try:
         for name in names:

@@ -101,6 +101,9 @@ _CATEGORIES: list[tuple[str, tuple[str, ...]]] = [
     (_BUILTINS := "built-ins (str.split, list and dict operations, ...)", ("~:",)),
 ]
 
+# The temporary directory the process started with: runner_common.scratch() moves tempfile's while inside.
+_SYSTEM_TEMP = tempfile.gettempdir()
+
 
 def _category(filename: str, func: str) -> str:
     where = f"{filename}:{func}"
@@ -260,7 +263,8 @@ def _session(profile_workers: bool):
     if not profile_workers:
         return local_session("runner-profile", None)
     # A dump directory keeps PySpark from printing every profile at exit.
-    dump = tempfile.mkdtemp(prefix="beam_ext_profile_")
+    # Outside any scratch directory (runner_common.scratch): PySpark writes it at exit.
+    dump = tempfile.mkdtemp(prefix="beam_ext_profile_", dir=_SYSTEM_TEMP)
     # Registered before the session, so it runs after PySpark's own dump at exit.
     atexit.register(shutil.rmtree, dump, True)
     return local_session("runner-profile", {"spark.python.profile": "true", "spark.python.profile.dump": dump})
@@ -385,25 +389,26 @@ def profile_common(names: list[str], size: int, top: int, streaming: bool = Fals
     # Its DoFns are pickled by reference to the module: the workers import it too.
     here = os.path.dirname(os.path.abspath(__file__))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-    # The driver's phases first, on a session without the workers' profiler.
-    spark = _session(False)
-    walls = {}
-    try:
-        for name in names:
-            _, build = runner_common.CASES[name]
-            runs = [_timed_run(lambda p, build=build: build(p, size), spark, streaming) for _ in range(4)][1:]
-            wall, phases = sorted(runs, key=lambda run: run[0])[1]  # the median of three warm runs
-            walls[name] = dict(wall=wall, phases=phases)
-    finally:
-        spark.stop()
-    spark = _session(True)
-    try:
-        for name in names:
-            _, build = runner_common.CASES[name]
-            profile(name, lambda p, build=build: build(p, size), spark, {}, top, streaming)
-            print("  " + _phases_line(walls[name]))
-    finally:
-        spark.stop()
+    with runner_common.scratch("beam_ext_profile_common_"):
+        # The driver's phases first, on a session without the workers' profiler.
+        spark = _session(False)
+        walls = {}
+        try:
+            for name in names:
+                _, build = runner_common.CASES[name]
+                runs = [_timed_run(lambda p, build=build: build(p, size), spark, streaming) for _ in range(4)][1:]
+                wall, phases = sorted(runs, key=lambda run: run[0])[1]  # the median of three warm runs
+                walls[name] = dict(wall=wall, phases=phases)
+        finally:
+            spark.stop()
+        spark = _session(True)
+        try:
+            for name in names:
+                _, build = runner_common.CASES[name]
+                profile(name, lambda p, build=build: build(p, size), spark, {}, top, streaming)
+                print("  " + _phases_line(walls[name]))
+        finally:
+            spark.stop()
 
 
 def main() -> None:
