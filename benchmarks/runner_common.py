@@ -832,6 +832,19 @@ CASES: dict[str, tuple[str, Callable]] = {
                          lambda p, n: (
         _numbers(p, n) | beam.Map(lambda x: (x % 1000, Purchase(x % 1000, float(x), "book"))) | beam.GroupByKey()
         | beam.MapTuple(lambda k, ps: (k, len(ps), sum(p.amount for p in ps))))),
+    "tuple_keys_gbk": ("GroupByKey of tuple keys, 700 keys, sizes and sums", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: ((x % 100, x % 7), x)) | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (k, len(vs), sum(vs))))),
+    "tuple_keys_combine": ("CombinePerKey(sum) of tuple keys, 700 keys", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: ((x % 100, x % 7), x)) | beam.CombinePerKey(sum))),
+    "float_keys_gbk": ("GroupByKey of float keys, 1,000 keys, sizes", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (float(x % 1000), x)) | beam.GroupByKey()
+        | beam.MapTuple(lambda k, vs: (k, len(vs))))),
+    "count_tuples": ("Count.PerElement of (int, str) tuples, 1,000 distinct", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 50, str(x % 20))) | beam.combiners.Count.PerElement())),
+    "ungroup": ("GroupByKey then each value out again, doubled, 1,000 keys, summed", lambda p, n: (
+        _numbers(p, n) | beam.Map(lambda x: (x % 1000, x)) | beam.GroupByKey()
+        | beam.FlatMapTuple(lambda k, vs: ((k, v * 2) for v in vs)) | beam.CombinePerKey(sum))),
 }
 
 
